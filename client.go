@@ -1,0 +1,164 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/notify"
+	"github.com/dlock-dev/dlock/internal/renew"
+)
+
+// Client hands out lock handles that share one Redis client, one pub/sub
+// connection and one watchdog. A Client is safe for concurrent use; create one
+// per process (per Redis deployment) and Close it on shutdown.
+type Client struct {
+	rdb     redis.UniversalClient
+	cfg     config
+	id      string
+	hub     *notify.Hub
+	renewer *renew.Renewer
+	owners  atomic.Uint64
+	reqs    atomic.Uint64
+	closed  atomic.Bool
+
+	mu    sync.Mutex
+	holds map[*hold]struct{} // every live hold, for Close
+}
+
+// New returns a Client that locks through rdb (a *redis.Client, a Sentinel
+// failover client or a *redis.ClusterClient). It makes no network call; rdb
+// stays owned by the caller and is not closed by Close.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)
+	}
+	cfg := defaultConfig()
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidArgument, i)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.clientID == "" {
+		cfg.clientID = uuid.NewString()
+	}
+	c := &Client{
+		rdb:   rdb,
+		cfg:   cfg,
+		id:    cfg.clientID,
+		holds: make(map[*hold]struct{}),
+	}
+	c.hub = notify.New(rdb, keys.ClientChannel(c.id), cfg.linger, cfg.logger)
+	var slot func(string) uint16
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		slot = keys.Slot
+	}
+	c.renewer = renew.New(cfg.watchdog/3, c.renewBatch, slot)
+	c.renewer.Failed = func(n int, err error) {
+		cfg.logger.Warn("dlock: renewal failed; will retry", "locks", n, "err", err)
+		for _, o := range cfg.observers {
+			o.Renewed(n, err)
+		}
+	}
+	c.renewer.Batched = func(n int) {
+		for _, o := range cfg.observers {
+			o.Renewed(n, nil)
+		}
+	}
+	return c, nil
+}
+
+// ID returns the client id that prefixes this client's owner fields.
+func (c *Client) ID() string { return c.id }
+
+// Mutex returns a handle on the reentrant lock name. Each call returns a new
+// handle, and each handle is one owner: locking the same handle again
+// re-enters, two handles on one name exclude each other. A handle is safe for
+// concurrent use, but goroutines sharing it share its ownership. An invalid
+// name is reported by the handle's first method call.
+func (c *Client) Mutex(name string) *Mutex {
+	return newMutex(c, name)
+}
+
+// Close stops the watchdog and the pub/sub connection, wakes every waiter
+// with ErrClosed, and releases the locks the client still holds, spending at
+// most the close timeout (WithCloseTimeout, default 5s) on it. Locks it could
+// not release expire by their TTL. Close is idempotent and safe to call
+// concurrently with lock operations, which then fail with ErrClosed.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.renewer.Stop()
+	hubErr := c.hub.Close()
+
+	c.mu.Lock()
+	holds := make([]*hold, 0, len(c.holds))
+	for h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeBudget)
+	defer cancel()
+	var errs []error
+	for _, h := range holds {
+		if err := h.mu.closeRelease(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if hubErr != nil && !errors.Is(hubErr, redis.ErrClosed) {
+		errs = append(errs, hubErr)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) track(h *hold) {
+	c.mu.Lock()
+	c.holds[h] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *Client) untrack(h *hold) {
+	c.mu.Lock()
+	delete(c.holds, h)
+	c.mu.Unlock()
+}
+
+func (c *Client) nextRequest() string {
+	return c.id + ":" + strconv.FormatUint(c.reqs.Add(1), 10)
+}
+
+func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int64) ([]bool, error) {
+	args := make([]any, 0, 2*len(ks))
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	for _, t := range ttls {
+		args = append(args, t)
+	}
+	res, err := scriptRenew.Run(ctx, c.rdb, ks, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(ks) {
+		return nil, fmt.Errorf("dlock: renew returned %d results for %d locks", len(res), len(ks))
+	}
+	out := make([]bool, len(res))
+	for i, v := range res {
+		out[i] = v == 1
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }

@@ -1,0 +1,29 @@
+package dlock
+
+import "errors"
+
+// Errors returned by dlock. Test for them with errors.Is: the returned error
+// usually wraps one of these with details.
+var (
+	// ErrNotHeld is returned by Unlock when the handle does not hold the lock.
+	// Nothing is changed.
+	ErrNotHeld = errors.New("dlock: lock not held")
+
+	// ErrLockLost is the cause of a holder's context when its hold ended
+	// without Unlock: Redis said another owner has the lock, or renewal could
+	// not confirm the hold before its TTL ran out, or a fixed lease expired.
+	// Unlock also returns it when the hold had already been lost.
+	ErrLockLost = errors.New("dlock: lock lost")
+
+	// ErrWaitTimeout is returned by WithLock when the lock was not acquired
+	// within the wait time.
+	ErrWaitTimeout = errors.New("dlock: wait timed out")
+
+	// ErrInvalidArgument is returned, before any network call, for bad input:
+	// an empty or oversized name, a nonsensical duration, a nil client.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	// ErrClosed is returned by every operation on a Client after Close, and by
+	// its handles.
+	ErrClosed = errors.New("dlock: client closed")
+)

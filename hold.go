@@ -1,0 +1,160 @@
+package dlock
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/renew"
+)
+
+// hold is one continuous possession of a lock by a handle, from the grant to
+// the final release or the loss. Re-entries share it.
+type hold struct {
+	mu    *Mutex
+	token uint64
+	start time.Time
+	done  chan struct{}
+	entry *renew.Entry // nil when nothing needs renewing
+
+	lk         sync.Mutex
+	ended      bool
+	err        error     // the loss cause; nil when released
+	validUntil time.Time // watchdog: the hold is certain until then
+	timer      *time.Timer
+	onEnd      []func(error)
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// newHold starts the bookkeeping of a grant: renewal in watchdog mode, the
+// local deadline that declares the hold lost, and the client's registry.
+// sent is when the granting call was sent (the TTL started after it); lease
+// <= 0 means watchdog mode; claim is set when the lock arrived by hand-off
+// with a TTL of only the claim window.
+func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration) *hold {
+	c := m.c
+	h := &hold{mu: m, token: token, start: time.Now(), done: make(chan struct{})}
+	h.lk.Lock()
+	defer h.lk.Unlock()
+	switch {
+	case lease <= 0:
+		ttl := c.cfg.watchdog
+		first := c.cfg.watchdog / 3
+		if claim > 0 {
+			ttl = min(ttl, claim)
+			first = min(first, claim/2)
+		}
+		h.validUntil = sent.Add(ttl)
+		h.entry = &renew.Entry{
+			Key: m.ks.Lock, Field: m.field, TTL: c.cfg.watchdog,
+			Renewed: h.renewed,
+			Lost: func() {
+				h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
+			},
+		}
+		c.renewer.Add(h.entry, first)
+		h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
+	default:
+		until := sent.Add(lease)
+		if claim > 0 && claim < lease {
+			// Restore the lease the caller asked for, before the claim ends.
+			h.entry = &renew.Entry{
+				Key: m.ks.Lock, Field: m.field, Until: until,
+				Lost: func() {
+					h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
+				},
+			}
+			c.renewer.Add(h.entry, claim/2)
+		}
+		h.validUntil = until
+		h.timer = time.AfterFunc(time.Until(until), func() {
+			h.lose(fmt.Errorf("%w: lease of %v expired", ErrLockLost, lease))
+		})
+	}
+	c.track(h)
+	return h
+}
+
+func (h *hold) renewed(sent time.Time) {
+	h.lk.Lock()
+	defer h.lk.Unlock()
+	if v := sent.Add(h.mu.c.cfg.watchdog); v.After(h.validUntil) {
+		h.validUntil = v
+	}
+}
+
+// checkDeadline runs when the local deadline passes: unless renewal has moved
+// it meanwhile, the hold can no longer be vouched for.
+func (h *hold) checkDeadline() {
+	h.lk.Lock()
+	if h.ended {
+		h.lk.Unlock()
+		return
+	}
+	if left := time.Until(h.validUntil); left > 0 {
+		h.timer.Reset(left)
+		h.lk.Unlock()
+		return
+	}
+	h.lk.Unlock()
+	h.lose(fmt.Errorf("%w: renewal could not confirm the hold within its TTL", ErrLockLost))
+}
+
+// lose ends the hold with cause; the handle keeps it until Unlock.
+func (h *hold) lose(cause error) {
+	if !h.end(cause) {
+		return
+	}
+	c := h.mu.c
+	c.cfg.logger.Warn("dlock: lock lost", "name", h.mu.name, "cause", cause)
+	for _, o := range c.cfg.observers {
+		o.Lost(h.mu.kind, h.mu.name, cause)
+	}
+}
+
+// end marks the hold over, stops its renewal and deadline and runs the
+// end callbacks. It reports false if the hold had already ended.
+func (h *hold) end(cause error) bool {
+	h.lk.Lock()
+	if h.ended {
+		h.lk.Unlock()
+		return false
+	}
+	h.ended = true
+	h.err = cause
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	callbacks := h.onEnd
+	h.onEnd = nil
+	close(h.done)
+	h.lk.Unlock()
+	if h.entry != nil {
+		h.mu.c.renewer.Remove(h.entry)
+	}
+	h.mu.c.untrack(h)
+	for _, f := range callbacks {
+		f(cause)
+	}
+	return true
+}
+
+// onEnded registers f to run when the hold ends (at once if it has).
+func (h *hold) onEnded(f func(error)) {
+	h.lk.Lock()
+	if !h.ended {
+		h.onEnd = append(h.onEnd, f)
+		h.lk.Unlock()
+		return
+	}
+	err := h.err
+	h.lk.Unlock()
+	f(err)
+}
+
+func (h *hold) lostErr() error {
+	h.lk.Lock()
+	defer h.lk.Unlock()
+	return h.err
+}

@@ -1,0 +1,91 @@
+// Package keys derives the Redis key and channel names dlock uses for a lock
+// name, and validates names before any network call.
+//
+// The lock key is the name itself (Redisson's layout). Companion keys (fencing
+// counter, waiter queue, unlock latch) must live in the same Redis Cluster slot
+// as the lock key so that one script can touch them all. Redis hashes only the
+// part of a key between the first '{' and the next '}' when that part is not
+// empty (the hash tag). A companion therefore reuses the name's own hash tag
+// when it has one and wraps the whole name in braces when it has none.
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxNameLen is the longest lock name accepted, in bytes. Redis allows far
+// longer keys; a lock name longer than this is almost certainly a bug (a
+// payload used as a name) and would bloat every message and script call.
+const MaxNameLen = 1024
+
+// ErrBadName is wrapped by every error Validate returns.
+var ErrBadName = errors.New("invalid lock name")
+
+// Validate reports whether name can be used as a lock name: non-empty, at most
+// MaxNameLen bytes, valid UTF-8, and free of a '}' that is not closing a hash
+// tag (such a name has no companion key in its slot, see HashTag).
+func Validate(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrBadName)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadName, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: not valid UTF-8", ErrBadName)
+	}
+	if _, ok := HashTag(name); !ok && strings.IndexByte(name, '}') >= 0 {
+		return fmt.Errorf("%w: %q contains '}' outside a Redis hash tag", ErrBadName, name)
+	}
+	return nil
+}
+
+// HashTag returns the part of key that Redis Cluster hashes to pick a slot,
+// and whether key has a hash tag at all (by Redis' rule: the bytes between the
+// first '{' and the first '}' after it, when there is at least one).
+func HashTag(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return "", false
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return "", false
+	}
+	return key[open+1 : open+1+end], true
+}
+
+// Companion returns the key prefix+":"+... that hashes to the same Cluster
+// slot as the lock key name. name must have passed Validate.
+func Companion(prefix, name string) string {
+	if _, ok := HashTag(name); ok {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}
+
+// Set holds every Redis name derived from one lock name.
+type Set struct {
+	Lock    string // the lock hash: the name itself, as in Redisson
+	Channel string // Redisson's release channel
+	Fence   string // last fencing token issued for the name
+	Queue   string // registered waiters, for direct hand-off
+	Latch   string // request id of the last final release, for idempotent retries
+}
+
+// For returns the names for lock name. name must have passed Validate.
+func For(name string) Set {
+	return Set{
+		Lock:    name,
+		Channel: "redisson_lock__channel:{" + name + "}",
+		Fence:   Companion("dlock:fence", name),
+		Queue:   Companion("dlock:queue", name),
+		Latch:   Companion("dlock:latch", name),
+	}
+}
+
+// ClientChannel is the channel on which the client with the given id receives
+// direct hand-offs.
+func ClientChannel(clientID string) string { return "dlock:client:" + clientID }

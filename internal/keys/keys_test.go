@@ -1,0 +1,71 @@
+package keys
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestSlotKnownValues(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	cases := map[string]uint16{
+		"123456789":            12739, // CRC16/XMODEM check value 0x31C3 % 16384
+		"foo":                  12182,
+		"{user1000}.following": Slot("user1000"),
+		"foo{}{bar}":           Slot("foo{}{bar}"),
+	}
+	for k, want := range cases {
+		if got := Slot(k); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", k, got, want)
+		}
+	}
+	if Slot("{user1000}.following") != Slot("{user1000}.followers") {
+		t.Error("keys with the same hash tag must share a slot")
+	}
+}
+
+func TestCompanionSharesSlot(t *testing.T) {
+	for _, name := range []string{"coupon", "user:{42}:cart", "a{b", "{x}", "a{b}}", "lock with spaces", "ünïcode"} {
+		if err := Validate(name); err != nil {
+			t.Fatalf("Validate(%q): %v", name, err)
+		}
+		s := For(name)
+		for _, k := range []string{s.Fence, s.Queue, s.Latch} {
+			if Slot(k) != Slot(s.Lock) {
+				t.Errorf("%q: companion %q in slot %d, lock in slot %d", name, k, Slot(k), Slot(s.Lock))
+			}
+		}
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	for _, name := range []string{"", strings.Repeat("x", MaxNameLen+1), "a}b", "\xff", "a{}b}", "a{}b{c"} {
+		if err := Validate(name); !errors.Is(err, ErrBadName) {
+			t.Errorf("Validate(%q) = %v, want ErrBadName", name, err)
+		}
+	}
+}
+
+func FuzzCompanion(f *testing.F) {
+	for _, s := range []string{"coupon", "a{b}c", "{", "}", "{}", "a{}b{c}d", "x{{y}}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if Validate(name) != nil {
+			return
+		}
+		s := For(name)
+		for _, k := range []string{s.Fence, s.Queue, s.Latch} {
+			if Slot(k) != Slot(s.Lock) {
+				t.Fatalf("%q: companion %q not in the lock's slot", name, k)
+			}
+		}
+		if s.Fence == s.Queue || s.Queue == s.Latch || s.Fence == s.Lock {
+			t.Fatalf("%q: derived names collide", name)
+		}
+	})
+}

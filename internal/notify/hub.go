@@ -1,0 +1,318 @@
+// Package notify is the waiting half of dlock: one Redis pub/sub connection per
+// Client, shared by every goroutine that waits for a lock.
+//
+// Two kinds of channel are subscribed. Each Client has its own channel, on
+// which a releasing script hands the lock straight to one registered waiter
+// ("<ticket> <token>"). Each lock name has Redisson's release channel, on which
+// "0" means the lock became free (wake one local waiter to retry) and "1" means
+// read holds ended (wake all). Lock channels are reference counted and stay
+// subscribed for a short linger after their last waiter leaves, so that a
+// process that waits on the same hot lock again and again does not pay a
+// SUBSCRIBE and an UNSUBSCRIBE each time.
+//
+// No goroutine is started per waiter: one reader goroutine per Hub dispatches
+// messages to waiters, and each waiter blocks in its own caller's goroutine.
+package notify
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is returned by Join after Close.
+var ErrClosed = errors.New("notify: hub closed")
+
+// Hub multiplexes one pub/sub connection among waiters. Its methods are safe
+// for concurrent use.
+type Hub struct {
+	rdb           redis.UniversalClient
+	log           *slog.Logger
+	clientChannel string
+	linger        time.Duration
+
+	mu          sync.Mutex
+	ps          *redis.PubSub // nil until the first Join
+	chans       map[string]*channel
+	tickets     map[uint64]*Waiter
+	nextTicket  uint64
+	clientReady chan struct{} // closed once the client channel is confirmed
+	clientOK    bool
+	closed      bool
+	readerDone  chan struct{}
+	// OnResubscribe, when set before first use, is called after the connection
+	// was re-established and the client channel confirmed again.
+	OnResubscribe func()
+}
+
+type channel struct {
+	refs      int
+	confirmed bool
+	waiters   []*Waiter
+	linger    *time.Timer
+}
+
+// New returns a Hub that will receive hand-offs on clientChannel. It opens no
+// connection until the first Join.
+func New(rdb redis.UniversalClient, clientChannel string, linger time.Duration, log *slog.Logger) *Hub {
+	return &Hub{
+		rdb:           rdb,
+		log:           log,
+		clientChannel: clientChannel,
+		linger:        linger,
+		chans:         make(map[string]*channel),
+		tickets:       make(map[uint64]*Waiter),
+		clientReady:   make(chan struct{}),
+	}
+}
+
+// Ready reports whether the client channel is subscribed and confirmed, so
+// that a waiter registered in a queue now is sure to hear its hand-off.
+func (h *Hub) Ready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clientOK
+}
+
+// Join registers a waiter on lockChannel, subscribing it (and, the first time,
+// the client channel) when needed. It returns once the client channel is
+// confirmed, or with ctx's error. The caller must call Leave exactly once.
+func (h *Hub) Join(ctx context.Context, lockChannel string) (*Waiter, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var subscribe []string
+	if h.ps == nil {
+		h.ps = h.rdb.Subscribe(context.WithoutCancel(ctx))
+		h.readerDone = make(chan struct{})
+		go h.read(h.ps, h.readerDone)
+		subscribe = append(subscribe, h.clientChannel)
+	}
+	ch := h.chans[lockChannel]
+	if ch == nil {
+		ch = &channel{}
+		h.chans[lockChannel] = ch
+		subscribe = append(subscribe, lockChannel)
+	}
+	if ch.linger != nil {
+		ch.linger.Stop()
+		ch.linger = nil
+	}
+	ch.refs++
+	h.nextTicket++
+	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, C: make(chan struct{}, 1)}
+	ch.waiters = append(ch.waiters, w)
+	h.tickets[w.Ticket] = w
+	var err error
+	if len(subscribe) > 0 {
+		// Written under h.mu so that SUBSCRIBE and UNSUBSCRIBE for one channel
+		// reach Redis in the order the reference count changed.
+		err = h.ps.Subscribe(context.WithoutCancel(ctx), subscribe...)
+	}
+	ready := h.clientReady
+	h.mu.Unlock()
+	if err != nil {
+		h.Leave(w)
+		return nil, err
+	}
+	select {
+	case <-ready:
+		return w, nil
+	case <-ctx.Done():
+		h.Leave(w)
+		return nil, context.Cause(ctx)
+	}
+}
+
+// Leave unregisters w. When w was the channel's last waiter, the channel is
+// unsubscribed after the linger period unless a new waiter arrives first.
+func (h *Hub) Leave(w *Waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.left {
+		return
+	}
+	w.left = true
+	delete(h.tickets, w.Ticket)
+	ch := h.chans[w.channel]
+	if ch == nil {
+		return
+	}
+	for i, x := range ch.waiters {
+		if x == w {
+			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
+			break
+		}
+	}
+	ch.refs--
+	if ch.refs > 0 || h.closed {
+		return
+	}
+	name := w.channel
+	ch.linger = time.AfterFunc(h.linger, func() { h.expire(name, ch) })
+}
+
+func (h *Hub) expire(name string, ch *channel) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.chans[name] != ch || ch.refs > 0 {
+		return
+	}
+	delete(h.chans, name)
+	if err := h.ps.Unsubscribe(context.Background(), name); err != nil {
+		h.log.Debug("dlock: unsubscribe failed", "channel", name, "err", err)
+	}
+}
+
+// Subscribed returns the lock channels currently subscribed or lingering.
+func (h *Hub) Subscribed() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.chans))
+	for name := range h.chans {
+		out = append(out, name)
+	}
+	return out
+}
+
+// Close wakes every waiter with Closed set, drops all subscriptions by closing
+// the connection, and waits for the reader goroutine to exit. It is idempotent.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	for _, ch := range h.chans {
+		if ch.linger != nil {
+			ch.linger.Stop()
+		}
+	}
+	for _, w := range h.tickets {
+		w.signal(func(w *Waiter) { w.closed = true })
+	}
+	ps, done := h.ps, h.readerDone
+	h.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	return err
+}
+
+// read dispatches messages until the PubSub is closed. After a connection
+// error go-redis reconnects and resubscribes on the next Receive; when the
+// new subscriptions are confirmed, the waiters re-check the lock, since a
+// release may have been published while the connection was down.
+func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	backoff := 10 * time.Millisecond
+	broken := false
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			h.mu.Lock()
+			closed := h.closed
+			h.mu.Unlock()
+			if closed || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			if !broken {
+				h.log.Warn("dlock: pub/sub connection lost; resubscribing", "err", err)
+			}
+			broken = true
+			time.Sleep(backoff)
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.confirmed(m.Channel, broken)
+				if m.Channel == h.clientChannel {
+					broken = false
+				}
+			}
+		case *redis.Message:
+			h.dispatch(m.Channel, m.Payload)
+		}
+	}
+}
+
+func (h *Hub) confirmed(name string, again bool) {
+	h.mu.Lock()
+	var cb func()
+	if name == h.clientChannel {
+		if !h.clientOK {
+			h.clientOK = true
+			close(h.clientReady)
+		}
+		if again {
+			// A hand-off may have been lost while the connection was down:
+			// every waiter re-checks.
+			for _, w := range h.tickets {
+				w.signal(func(w *Waiter) { w.retry = true })
+			}
+			cb = h.OnResubscribe
+		}
+	} else if ch := h.chans[name]; ch != nil {
+		if ch.confirmed || again {
+			for _, w := range ch.waiters {
+				w.signal(func(w *Waiter) { w.retry = true })
+			}
+		}
+		ch.confirmed = true
+	}
+	h.mu.Unlock()
+	if cb != nil {
+		h.log.Info("dlock: pub/sub connection restored")
+		cb()
+	}
+}
+
+func (h *Hub) dispatch(name, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if name == h.clientChannel {
+		t, tok, ok := strings.Cut(payload, " ")
+		if !ok {
+			return
+		}
+		ticket, err1 := strconv.ParseUint(t, 10, 64)
+		token, err2 := strconv.ParseUint(tok, 10, 64)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		if w := h.tickets[ticket]; w != nil {
+			w.signal(func(w *Waiter) { w.granted, w.token = true, token })
+		}
+		return
+	}
+	ch := h.chans[name]
+	if ch == nil {
+		return
+	}
+	switch payload {
+	case "0": // one holder released: one local waiter may proceed
+		for _, w := range ch.waiters {
+			if w.signal(func(w *Waiter) { w.retry = true }) {
+				return
+			}
+		}
+	case "1": // read holds released: every local waiter may proceed
+		for _, w := range ch.waiters {
+			w.signal(func(w *Waiter) { w.retry = true })
+		}
+	}
+}

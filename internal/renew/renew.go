@@ -1,0 +1,275 @@
+// Package renew is dlock's watchdog: one goroutine per Client that keeps every
+// held lock's TTL fresh with as few Redis calls as possible.
+//
+// Entries fall due every period (a third of the watchdog timeout). When the
+// earliest entry falls due, every entry due within the next half period is
+// renewed with it, so locks taken at different moments soon share a beat and
+// ten thousand held locks cost a handful of script calls per period. A call
+// carries at most MaxBatch locks, all in one Cluster slot.
+package renew
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// MaxBatch is the most locks renewed by one script call.
+const MaxBatch = 500
+
+// Func renews locks in one call: keys[i] is held by fields[i], to be given
+// ttls[i] milliseconds. It returns, per lock, whether the owner still held it.
+type Func func(ctx context.Context, keys, fields []string, ttls []int64) ([]bool, error)
+
+// Entry is one held lock under renewal. Its fields are set before Add and not
+// changed afterwards; the callbacks run on the Renewer's goroutine and must
+// not block or call back into the Renewer except through Remove.
+type Entry struct {
+	Key, Field string
+	// TTL is the lock's TTL in watchdog mode. With Until set, the entry is a
+	// one-shot extension of a fixed lease (a hand-off arrives with a short
+	// claim window; this restores the lease the caller asked for).
+	TTL   time.Duration
+	Until time.Time
+	// Renewed is called with the time the successful call was sent: the lock
+	// is certainly held until sent+TTL.
+	Renewed func(sent time.Time)
+	// Lost is called once when Redis answered that the owner no longer holds
+	// the lock; the entry is then removed.
+	Lost func()
+
+	due      time.Time
+	removed  bool
+	inflight chan struct{} // closed when the call carrying this entry returns
+}
+
+// Renewer batches renewals. Its methods are safe for concurrent use.
+type Renewer struct {
+	period time.Duration
+	run    Func
+	slot   func(key string) uint16 // nil: a single node, one group
+	// Failed, when set, is called after a call that returned an error.
+	Failed func(n int, err error)
+	// Batched, when set, is called after each successful call with its size.
+	Batched func(n int)
+
+	mu      sync.Mutex
+	entries map[*Entry]struct{}
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	stopped bool
+}
+
+// New starts a Renewer that renews every period. slot may be nil.
+func New(period time.Duration, run Func, slot func(string) uint16) *Renewer {
+	r := &Renewer{
+		period:  period,
+		run:     run,
+		slot:    slot,
+		entries: make(map[*Entry]struct{}),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go r.loop()
+	return r
+}
+
+// Add schedules e to be renewed after first.
+func (r *Renewer) Add(e *Entry, first time.Duration) {
+	r.mu.Lock()
+	e.due = time.Now().Add(first)
+	r.entries[e] = struct{}{}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Remove stops renewing e. When it returns, no call carrying e is in flight
+// and none will start, so a following release cannot race a renewal.
+func (r *Renewer) Remove(e *Entry) {
+	r.mu.Lock()
+	e.removed = true
+	delete(r.entries, e)
+	wait := e.inflight
+	r.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+}
+
+// Len returns the number of entries under renewal.
+func (r *Renewer) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.entries)
+}
+
+// Stop ends the loop and waits for it; entries are dropped. Idempotent.
+func (r *Renewer) Stop() {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.stopped = true
+	close(r.stop)
+	r.mu.Unlock()
+	<-r.done
+}
+
+func (r *Renewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Renewer) loop() {
+	defer close(r.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		batches, next := r.collect(time.Now())
+		for _, b := range batches {
+			r.call(b)
+		}
+		if len(batches) > 0 {
+			continue // more may have fallen due meanwhile
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-r.stop:
+			return
+		case <-r.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// collect takes the entries due within half a period of now, grouped by slot
+// in batches of at most MaxBatch, and returns the next due time of the rest.
+func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := now.Add(r.period / 2)
+	var next time.Time
+	var dueNow bool
+	for e := range r.entries {
+		if !e.due.After(now) {
+			dueNow = true
+		}
+		if next.IsZero() || e.due.Before(next) {
+			next = e.due
+		}
+	}
+	if !dueNow {
+		return nil, next
+	}
+	groups := make(map[uint16][]*Entry)
+	var order []uint16
+	for e := range r.entries {
+		if e.due.After(horizon) || e.inflight != nil {
+			continue
+		}
+		var s uint16
+		if r.slot != nil {
+			s = r.slot(e.Key)
+		}
+		if groups[s] == nil {
+			order = append(order, s)
+		}
+		groups[s] = append(groups[s], e)
+	}
+	var out [][]*Entry
+	for _, s := range order {
+		g := groups[s]
+		for len(g) > 0 {
+			n := min(len(g), MaxBatch)
+			b := g[:n:n]
+			g = g[n:]
+			done := make(chan struct{})
+			for _, e := range b {
+				e.inflight = done
+			}
+			out = append(out, b)
+		}
+	}
+	return out, time.Time{}
+}
+
+func (r *Renewer) call(b []*Entry) {
+	keys := make([]string, len(b))
+	fields := make([]string, len(b))
+	ttls := make([]int64, len(b))
+	sent := time.Now()
+	for i, e := range b {
+		keys[i], fields[i] = e.Key, e.Field
+		ttl := e.TTL
+		if !e.Until.IsZero() {
+			ttl = max(e.Until.Sub(sent), time.Millisecond)
+		}
+		ttls[i] = max(ttl.Milliseconds(), 1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.period)
+	held, err := r.run(ctx, keys, fields, ttls)
+	cancel()
+
+	r.mu.Lock()
+	done := b[0].inflight
+	var lost []*Entry
+	var renewed []*Entry
+	for i, e := range b {
+		e.inflight = nil
+		if e.removed {
+			continue
+		}
+		switch {
+		case err != nil:
+			// Transient trouble: try again soon. The holder declares the
+			// lock lost by itself when its local deadline passes.
+			e.due = time.Now().Add(min(r.period/4, time.Second))
+		case held[i]:
+			renewed = append(renewed, e)
+			if !e.Until.IsZero() {
+				e.removed = true
+				delete(r.entries, e)
+			} else {
+				e.due = sent.Add(r.period)
+			}
+		default:
+			e.removed = true
+			delete(r.entries, e)
+			lost = append(lost, e)
+		}
+	}
+	r.mu.Unlock()
+	close(done)
+
+	if err != nil {
+		if r.Failed != nil {
+			r.Failed(len(b), err)
+		}
+		return
+	}
+	if r.Batched != nil {
+		r.Batched(len(b))
+	}
+	for _, e := range renewed {
+		if e.Renewed != nil {
+			e.Renewed(sent)
+		}
+	}
+	for _, e := range lost {
+		if e.Lost != nil {
+			e.Lost()
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+// shared is the package's redis-server for tests that do not kill, pause or
+// restart it; those start their own. Tests on it use names of their own.
+var shared *testenv.Redis
+
+// ExampleRedisAddr is the address the Examples connect to.
+var ExampleRedisAddr string
+
+func TestMain(m *testing.M) {
+	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
+		os.Exit(1)
+	}
+	shared = r
+	ExampleRedisAddr = r.Addr()
+	code := m.Run()
+	if code == 0 {
+		if err := checkHygiene(r); err != nil {
+			fmt.Fprintln(os.Stderr, "hygiene:", err)
+			code = 1
+		}
+	}
+	_ = r.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// checkHygiene runs after every test of the package: no subscription may be
+// left, and every key must carry a TTL.
+func checkHygiene(r *testenv.Redis) error {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer rdb.Close()
+	// Subscriptions of closed clients vanish with their connections.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		chans, err := rdb.PubSubChannels(ctx, "*").Result()
+		if err != nil {
+			return err
+		}
+		if len(chans) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("channels still subscribed after the tests: %v", chans)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var bad []string
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if strings.HasPrefix(k, "permanent:") {
+			continue // written by tests on purpose
+		}
+		if ttl, err := rdb.PTTL(ctx, k).Result(); err == nil && ttl == -1 {
+			bad = append(bad, k)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("keys without a TTL after the tests: %v", bad)
+	}
+	return nil
+}
+
+// rdbFor returns a go-redis client for r, closed when the test ends.
+func rdbFor(t testing.TB, r *testenv.Redis) *redis.Client {
+	t.Helper()
+	return r.NewClient(t)
+}
+
+// newClient returns a dlock Client on its own connection pool to r, closed
+// (and checked to close cleanly) when the test ends.
+func newClient(t testing.TB, r *testenv.Redis, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(rdbFor(t, r), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// commands returns the calls of each command since the last reset.
+func commands(t testing.TB, r *testenv.Redis) map[string]int64 {
+	t.Helper()
+	s, err := r.CommandStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustLock(t testing.TB, m *Mutex) {
+	t.Helper()
+	if err := m.Lock(ctxT(t)); err != nil {
+		t.Fatalf("Lock %s: %v", m.Name(), err)
+	}
+}
+
+func mustUnlock(t testing.TB, m *Mutex) {
+	t.Helper()
+	if err := m.Unlock(ctxT(t)); err != nil {
+		t.Fatalf("Unlock %s: %v", m.Name(), err)
+	}
+}

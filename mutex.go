@@ -1,0 +1,546 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/notify"
+)
+
+// Mutex is a handle on a reentrant distributed lock, Redisson's RLock. The
+// handle is the owner: Lock on a handle that holds the lock re-enters and
+// counts, Unlock counts down and releases at zero, and another handle (in
+// this process or any other) is another owner.
+//
+// A Mutex is safe for concurrent use. Its lock operations are serialized:
+// while one goroutine waits in Lock, another goroutine's Lock on the same
+// handle waits behind it and then re-enters. Goroutines that must exclude
+// each other need handles of their own.
+//
+// Redis layout (Redisson's): the key is the name, a hash whose field
+// "<client id>:<owner id>" holds the hold count, with a TTL; a release
+// publishes "0" on "redisson_lock__channel:{name}" when nobody is queued.
+// dlock adds dlock:fence:{name} (the last fencing token, expiring 24h after
+// the last grant), dlock:queue:{name} (processes waiting for a direct
+// hand-off, with a TTL) and dlock:latch:{name} (the last final release's
+// request id, for 30s).
+type Mutex struct {
+	c       *Client
+	name    string
+	kind    Kind
+	ks      keys.Set
+	keyList []string
+	field   string
+	nameErr error
+	gate    chan struct{} // serializes lock operations on the handle
+
+	mu    sync.Mutex
+	count int
+	h     *hold
+}
+
+func newMutex(c *Client, name string) *Mutex {
+	m := &Mutex{c: c, name: name, kind: KindMutex, gate: make(chan struct{}, 1)}
+	if err := keys.Validate(name); err != nil {
+		m.nameErr = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return m
+	}
+	m.ks = keys.For(name)
+	m.keyList = []string{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
+	m.field = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+	return m
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Owner returns the handle's owner field, "<client id>:<owner id>".
+func (m *Mutex) Owner() string { return m.field }
+
+// TryLock tries to acquire the lock, waiting up to wait for it. wait <= 0
+// makes exactly one attempt. lease > 0 makes the lock expire lease after the
+// grant, never renewed; lease <= 0 selects watchdog mode: the lock's TTL is
+// the watchdog timeout, renewed every third of it until Unlock.
+//
+// It returns (true, nil) once held (or re-entered), (false, nil) when the
+// wait ran out, and an error for a failure: ErrInvalidArgument, ErrClosed,
+// a Redis error, or ctx's error (errors.Is(err, context.Canceled) holds when
+// ctx was cancelled). A re-entry never waits and keeps the hold's mode.
+func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := m.check(ctx, lease); err != nil {
+		return false, err
+	}
+	return m.acquire(ctx, wait, lease, false)
+}
+
+// Lock acquires the lock in watchdog mode, waiting as long as it takes or
+// until ctx is done, in which case it returns ctx's error.
+func (m *Mutex) Lock(ctx context.Context) error {
+	if err := m.check(ctx, 0); err != nil {
+		return err
+	}
+	_, err := m.acquire(ctx, 0, 0, true)
+	return err
+}
+
+func (m *Mutex) check(ctx context.Context, lease time.Duration) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case m.nameErr != nil:
+		return m.nameErr
+	case lease > 0 && lease < time.Millisecond:
+		return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, lease)
+	case m.c.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+func (m *Mutex) enter(ctx context.Context) error {
+	select {
+	case m.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (m *Mutex) exit() { <-m.gate }
+
+type attemptResult struct {
+	status int64 // 1 held, 0 held by another, -1 our hold is gone
+	count  int
+	token  uint64
+	pttl   time.Duration
+}
+
+func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, entry string, registered bool) (attemptResult, error) {
+	flag := "0"
+	if registered {
+		flag = "1"
+	}
+	cfg := &m.c.cfg
+	v, err := scriptAcquire.Run(ctx, m.c.rdb, m.keyList[:3],
+		m.field, ms(ttl), expected, entry, flag, ms(4*cfg.recheck), ms(cfg.fenceTTL)).Int64Slice()
+	if err != nil {
+		return attemptResult{}, err
+	}
+	switch {
+	case len(v) == 3 && v[0] == 1:
+		return attemptResult{status: 1, count: int(v[1]), token: uint64(v[2])}, nil
+	case len(v) == 2 && v[0] == 0:
+		return attemptResult{status: 0, pttl: time.Duration(v[1]) * time.Millisecond}, nil
+	case len(v) == 1 && v[0] == -1:
+		return attemptResult{status: -1}, nil
+	}
+	return attemptResult{}, fmt.Errorf("dlock: unexpected acquire reply %v", v)
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
+	start := time.Now()
+	var finish func(Acquisition)
+	if len(m.c.cfg.observers) > 0 {
+		finish = m.c.observeAcquire(ctx, m.kind, m.name)
+	}
+	reentry := false
+	timedOut := false
+	defer func() {
+		if finish != nil {
+			finish(Acquisition{Kind: m.kind, Name: m.name, Acquired: ok, TimedOut: timedOut,
+				Err: err, Waited: time.Since(start), Reentry: reentry})
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return false, context.Cause(ctx)
+	}
+	if err := m.enter(ctx); err != nil {
+		return false, err
+	}
+	defer m.exit()
+	if m.c.closed.Load() {
+		return false, ErrClosed
+	}
+
+	m.mu.Lock()
+	count := m.count
+	m.mu.Unlock()
+	if count > 0 {
+		reentry = true
+		return m.reenter(ctx, count, lease)
+	}
+
+	ttl := lease
+	if lease <= 0 {
+		ttl = m.c.cfg.watchdog
+	}
+	var deadline time.Time
+	if !forever {
+		deadline = start.Add(wait)
+	}
+	canWait := forever || wait > 0
+
+	// When this client already listens for hand-offs, the first attempt also
+	// queues the caller if the lock is taken: no second round trip.
+	var w *notify.Waiter
+	var entry string
+	if canWait && m.c.hub.Ready() {
+		if w, err = m.c.hub.Join(ctx, m.ks.Channel); err != nil {
+			return false, m.c.wrapClosed(err)
+		}
+		defer m.c.hub.Leave(w)
+		entry = m.entry(w, ttl)
+	}
+	sent := time.Now()
+	res, err := m.attempt(ctx, ttl, 0, entry, false)
+	if err != nil {
+		m.leaveQueue(ctx, entry)
+		return false, err
+	}
+	if res.status == 1 {
+		m.granted(res.token, sent, lease, 0)
+		return true, nil
+	}
+	if !canWait {
+		return false, nil
+	}
+	registered := entry != ""
+	if w == nil {
+		// Subscribe before the attempt that queues us, so that the hand-off
+		// (or Redisson's release message) cannot be missed.
+		if w, err = m.c.hub.Join(ctx, m.ks.Channel); err != nil {
+			return false, m.c.wrapClosed(err)
+		}
+		defer m.c.hub.Leave(w)
+		entry = m.entry(w, ttl)
+		sent = time.Now()
+		if res, err = m.attempt(ctx, ttl, 0, entry, false); err != nil {
+			m.leaveQueue(ctx, entry)
+			return false, err
+		}
+		if res.status == 1 {
+			m.granted(res.token, sent, lease, 0)
+			return true, nil
+		}
+		registered = true
+	}
+
+	timer := time.NewTimer(m.sleep(res.pttl, deadline))
+	defer timer.Stop()
+	for {
+		retry := false
+		select {
+		case <-w.C:
+			ev := w.Take()
+			switch {
+			case ev.Granted:
+				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
+				return true, nil
+			case ev.Closed:
+				m.leaveQueue(ctx, entry)
+				return false, ErrClosed
+			case ev.Retry:
+				retry = true
+			}
+		case <-timer.C:
+			retry = true
+		case <-ctx.Done():
+			if ev := w.Take(); ev.Granted && ctx.Err() == nil {
+				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
+				return true, nil
+			}
+			m.leaveQueue(ctx, entry)
+			return false, context.Cause(ctx)
+		}
+		if !retry {
+			continue
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			// The wait is over; a hand-off that raced the deadline still counts.
+			if ev := w.Take(); ev.Granted {
+				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
+				return true, nil
+			}
+			m.leaveQueue(ctx, entry)
+			timedOut = true
+			return false, nil
+		}
+		sent = time.Now()
+		if res, err = m.attempt(ctx, ttl, 0, entry, registered); err != nil {
+			m.leaveQueue(ctx, entry)
+			return false, err
+		}
+		if res.status == 1 {
+			// Taken by our own attempt, or a hand-off whose message we have
+			// not read yet: either way the grant's TTL started after sent.
+			tok := res.token
+			if ev := w.Take(); ev.Granted {
+				tok = ev.Token
+			}
+			m.granted(tok, sent, lease, m.c.cfg.claim)
+			return true, nil
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(m.sleep(res.pttl, deadline))
+	}
+}
+
+// sleep is how long to wait before trying again on our own: until the
+// holder's TTL ends, the wait ends, or the re-check interval passes
+// (which bounds how long a crashed queued waiter can stall the lock).
+func (m *Mutex) sleep(pttl time.Duration, deadline time.Time) time.Duration {
+	d := m.c.cfg.recheck
+	if pttl > 0 {
+		d = min(d, pttl)
+	}
+	if !deadline.IsZero() {
+		d = min(d, time.Until(deadline))
+	}
+	return max(d, time.Millisecond)
+}
+
+func (m *Mutex) entry(w *notify.Waiter, ttl time.Duration) string {
+	return strconv.FormatUint(w.Ticket, 10) + " " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
+}
+
+// leaveQueue takes a giving-up waiter out of the queue, and passes the lock
+// on if it was handed to us meanwhile. It runs even when ctx is cancelled,
+// within a bounded time.
+func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
+	if entry == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
+	defer cancel()
+	cfg := &m.c.cfg
+	if err := scriptLeave.Run(ctx, m.c.rdb, m.keyList[:3], entry, m.field, ms(cfg.claim), ms(cfg.fenceTTL)).Err(); err != nil {
+		cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", m.name, "err", err)
+	}
+}
+
+func (m *Mutex) reenter(ctx context.Context, count int, lease time.Duration) (bool, error) {
+	ttl := lease
+	if lease <= 0 {
+		ttl = m.c.cfg.watchdog
+	}
+	res, err := m.attempt(ctx, ttl, count, "", false)
+	if err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if res.status != 1 {
+		h := m.h
+		m.count, m.h = 0, nil
+		if h != nil {
+			h.lose(fmt.Errorf("%w: re-entry found the lock gone", ErrLockLost))
+			if err := h.lostErr(); err != nil {
+				return false, err
+			}
+		}
+		return false, ErrLockLost
+	}
+	m.count = res.count
+	return true, nil
+}
+
+func (m *Mutex) granted(token uint64, sent time.Time, lease, claim time.Duration) {
+	h := newHold(m, token, sent, lease, claim)
+	m.mu.Lock()
+	m.count, m.h = 1, h
+	m.mu.Unlock()
+}
+
+// Unlock releases one hold of the lock; the lock is free (or handed to the
+// next waiter) when the count reaches zero. It returns ErrNotHeld when the
+// handle holds nothing, and an error wrapping ErrLockLost when the hold had
+// been lost (the protected work may have overlapped another holder's). On any
+// error from the final release the handle holds nothing afterwards: the lock
+// expires by its TTL at the latest.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if m.nameErr != nil {
+		return m.nameErr
+	}
+	if err := m.enter(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer m.exit()
+	return m.release(ctx, false)
+}
+
+func (m *Mutex) release(ctx context.Context, all bool) error {
+	m.mu.Lock()
+	count, h := m.count, m.h
+	m.mu.Unlock()
+	if count == 0 || h == nil {
+		return ErrNotHeld
+	}
+	if m.c.closed.Load() && !all {
+		return ErrClosed
+	}
+	final := count == 1 || all
+	if final && h.entry != nil {
+		m.c.renewer.Remove(h.entry) // no renewal may race the release
+	}
+	cfg := &m.c.cfg
+	allFlag := "0"
+	if all {
+		allFlag = "1"
+	}
+	v, err := scriptRelease.Run(ctx, m.c.rdb, m.keyList,
+		m.field, count, m.c.nextRequest(), ms(cfg.latchTTL), ms(cfg.claim), ms(cfg.fenceTTL), allFlag).Int64Slice()
+	if err == nil && len(v) == 0 {
+		err = fmt.Errorf("dlock: unexpected release reply %v", v)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case err != nil && !final:
+		return err
+	case err != nil:
+		m.count, m.h = 0, nil
+		h.end(fmt.Errorf("%w: release failed: %w", ErrLockLost, err))
+		m.c.observeRelease(m.kind, m.name, h, err)
+		return err
+	case v[0] == 0:
+		m.count, m.h = 0, nil
+		lostErr := h.lostErr()
+		h.lose(fmt.Errorf("%w: not held at release", ErrLockLost))
+		if lostErr == nil {
+			lostErr = h.lostErr()
+		}
+		return lostErr
+	}
+	m.count = int(v[1])
+	if m.count > 0 {
+		return nil
+	}
+	m.h = nil
+	lostErr := h.lostErr()
+	h.end(nil)
+	m.c.observeRelease(m.kind, m.name, h, nil)
+	return lostErr
+}
+
+// closeRelease is Close's release of a hold the client still has.
+func (m *Mutex) closeRelease(ctx context.Context) error {
+	if err := m.enter(ctx); err != nil {
+		return err
+	}
+	defer m.exit()
+	err := m.release(ctx, true)
+	if errors.Is(err, ErrNotHeld) {
+		return nil
+	}
+	return err
+}
+
+// ForceUnlock releases the lock whoever holds it, handing it to the next
+// queued waiter or waking Redisson-style waiters, and reports whether it was
+// held. Holders learn of it when their next renewal fails.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.check(ctx, 0); err != nil {
+		return false, err
+	}
+	cfg := &m.c.cfg
+	n, err := scriptForce.Run(ctx, m.c.rdb, m.keyList[:3], ms(cfg.claim), ms(cfg.fenceTTL)).Int64()
+	return n == 1, err
+}
+
+// IsLocked reports whether any owner holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if err := m.check(ctx, 0); err != nil {
+		return false, err
+	}
+	n, err := m.c.rdb.Exists(ctx, m.ks.Lock).Result()
+	return n == 1, err
+}
+
+// HoldCount returns this handle's hold count as Redis has it (0 when it does
+// not hold the lock).
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if err := m.check(ctx, 0); err != nil {
+		return 0, err
+	}
+	n, err := m.c.rdb.HGet(ctx, m.ks.Lock, m.field).Int()
+	if errors.Is(err, redisNil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// RemainingTTL returns the lock's remaining time to live, whoever holds it:
+// 0 when it is not held.
+func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
+	if err := m.check(ctx, 0); err != nil {
+		return 0, err
+	}
+	d, err := m.c.rdb.PTTL(ctx, m.ks.Lock).Result()
+	if err != nil || d < 0 {
+		return 0, err
+	}
+	return d, nil
+}
+
+// Token returns the fencing token of the current hold, or 0 when the handle
+// holds nothing. Tokens of successive holds of one name strictly increase;
+// pass the token to the resource you protect and have it reject writes that
+// carry a token lower than one it has seen.
+func (m *Mutex) Token() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h == nil {
+		return 0
+	}
+	return m.h.token
+}
+
+// Done returns a channel that is closed when the current hold ends: by the
+// final Unlock, or by its loss (see Err). When the handle holds nothing it
+// returns a closed channel.
+func (m *Mutex) Done() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h == nil {
+		return closedCh
+	}
+	return m.h.done
+}
+
+// Err returns the reason the current hold was lost, wrapping ErrLockLost, or
+// nil while it is held and when the handle holds nothing.
+func (m *Mutex) Err() error {
+	m.mu.Lock()
+	h := m.h
+	m.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return h.lostErr()
+}
+
+// onHoldEnd runs f when the current hold ends; it reports false when the
+// handle holds nothing.
+func (m *Mutex) onHoldEnd(f func(error)) bool {
+	m.mu.Lock()
+	h := m.h
+	m.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	h.onEnded(f)
+	return true
+}

@@ -1,0 +1,60 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Kind names a lock type in observations: "mutex", and later others.
+type Kind string
+
+// Lock kinds reported to an Observer.
+const (
+	KindMutex Kind = "mutex"
+)
+
+// Acquisition describes one attempt to take a lock, reported when it ends.
+type Acquisition struct {
+	Kind     Kind
+	Name     string
+	Acquired bool          // the lock was granted
+	TimedOut bool          // the wait ran out (not an error)
+	Err      error         // infrastructure failure or cancelled context
+	Waited   time.Duration // from the call to its outcome
+	Reentry  bool          // a re-entry of a lock the handle already held
+}
+
+// Observer is told what a Client's locks do. dlockprom implements it for
+// Prometheus. Methods are called synchronously from lock operations and the
+// watchdog, possibly concurrently: they must be safe for concurrent use and
+// must not block or call back into the Client. Embed NopObserver to stay
+// compatible when methods are added.
+type Observer interface {
+	// AcquireStarted is called when an acquisition begins. The returned
+	// function, if not nil, is called exactly once with the outcome; ctx is
+	// the caller's, for tracing.
+	AcquireStarted(ctx context.Context, kind Kind, name string) func(Acquisition)
+	// Released is called after a final release (hold count zero) with how
+	// long the lock was held; err is the release's error, if any.
+	Released(kind Kind, name string, held time.Duration, err error)
+	// Lost is called when a hold ends without Unlock.
+	Lost(kind Kind, name string, cause error)
+	// Renewed is called after each watchdog call, with the number of locks
+	// it carried and its error.
+	Renewed(n int, err error)
+}
+
+// NopObserver implements Observer doing nothing; embed it.
+type NopObserver struct{}
+
+// AcquireStarted implements Observer.
+func (NopObserver) AcquireStarted(context.Context, Kind, string) func(Acquisition) { return nil }
+
+// Released implements Observer.
+func (NopObserver) Released(Kind, string, time.Duration, error) {}
+
+// Lost implements Observer.
+func (NopObserver) Lost(Kind, string, error) {}
+
+// Renewed implements Observer.
+func (NopObserver) Renewed(int, error) {}

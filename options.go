@@ -1,0 +1,120 @@
+package dlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a Client. Options are applied by New in order.
+type Option func(*config) error
+
+type config struct {
+	watchdog    time.Duration
+	logger      *slog.Logger
+	observers   []Observer
+	clientID    string
+	claim       time.Duration
+	recheck     time.Duration
+	linger      time.Duration
+	fenceTTL    time.Duration
+	latchTTL    time.Duration
+	closeBudget time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		watchdog:    30 * time.Second,
+		logger:      slog.New(slog.DiscardHandler),
+		claim:       2 * time.Second,
+		recheck:     3 * time.Second,
+		linger:      2 * time.Second,
+		fenceTTL:    24 * time.Hour,
+		latchTTL:    30 * time.Second,
+		closeBudget: 5 * time.Second,
+	}
+}
+
+// MinWatchdogTimeout is the shortest watchdog timeout accepted.
+const MinWatchdogTimeout = 30 * time.Millisecond
+
+// WithWatchdogTimeout sets the TTL of locks held in watchdog mode (lease <= 0).
+// The watchdog renews such locks every third of it, and a holder that cannot
+// confirm its hold for a whole timeout declares the lock lost. Default 30s,
+// Redisson's lockWatchdogTimeout; at least MinWatchdogTimeout.
+func WithWatchdogTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < MinWatchdogTimeout {
+			return fmt.Errorf("%w: watchdog timeout %v is shorter than %v", ErrInvalidArgument, d, MinWatchdogTimeout)
+		}
+		c.watchdog = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for renewal trouble, lost holds and pub/sub
+// reconnects. Fencing tokens and owner ids are never logged. Default: discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithObserver adds an Observer that is told about every acquisition,
+// release, renewal and loss. It may be given several times.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
+		}
+		c.observers = append(c.observers, o)
+		return nil
+	}
+}
+
+// WithClientID sets the id that prefixes this client's owner fields
+// ("<id>:<owner>") in the lock hash. Default: a random UUID, as Redisson
+// does. Two live clients must never share an id.
+func WithClientID(id string) Option {
+	return func(c *config) error {
+		if id == "" || len(id) > 128 {
+			return fmt.Errorf("%w: client id must be 1 to 128 bytes", ErrInvalidArgument)
+		}
+		for _, r := range id {
+			if r == ' ' || r == ':' || r < 0x20 {
+				return fmt.Errorf("%w: client id %q contains a space, ':' or a control character", ErrInvalidArgument, id)
+			}
+		}
+		c.clientID = id
+		return nil
+	}
+}
+
+// WithHandoffClaim sets how long a lock handed straight to a waiting process
+// stays valid before that process confirms it. It bounds how long a waiter
+// that crashed while queued can delay the others. Default 2s; at least 10ms.
+func WithHandoffClaim(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: hand-off claim %v is shorter than 10ms", ErrInvalidArgument, d)
+		}
+		c.claim = d
+		return nil
+	}
+}
+
+// WithCloseTimeout bounds how long Close spends releasing the locks the client
+// still holds. Default 5s. Locks it could not release expire by their TTL.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: close timeout must be positive", ErrInvalidArgument)
+		}
+		c.closeBudget = d
+		return nil
+	}
+}

@@ -1,0 +1,51 @@
+-- acquire: take, re-enter or wait for a reentrant lock.
+-- ARGV[1] owner field
+-- ARGV[2] ttl in ms for a new hold (the lease, or the watchdog timeout)
+-- ARGV[3] the hold count the caller believes it has (0: it holds nothing)
+-- ARGV[4] queue entry to register when the lock is held by another ('' = none)
+-- ARGV[5] '1' when this entry was registered by an earlier call
+-- ARGV[6] queue ttl in ms
+-- ARGV[7] fencing counter ttl in ms
+-- Returns {1, count, token} when held (token 0 on re-entry: the caller has it),
+-- {0, pttl} when another owner holds it, {-1} when the caller's hold is gone.
+--
+-- The expected count makes a repeated call harmless: when go-redis resends a
+-- call whose reply was lost, the count is already one more than expected, and
+-- the script reports the hold instead of counting it twice.
+local cnt = redis.call('hget', KEYS[1], ARGV[1])
+local expected = tonumber(ARGV[3])
+if cnt then
+  cnt = tonumber(cnt)
+  if cnt == expected and expected > 0 then
+    cnt = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+      redis.call('pexpire', KEYS[1], ARGV[2])
+    end
+    return {1, cnt, 0}
+  end
+  if expected == 0 then
+    -- Our own earlier call, resent, or a hand-off whose message we missed.
+    if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
+    return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
+  end
+  return {1, cnt, 0}
+end
+if expected > 0 then
+  return {-1}
+end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
+  return {1, 1, issue_token(ARGV[7])}
+end
+if ARGV[4] ~= '' then
+  if ARGV[5] == '1' then
+    if not redis.call('lpos', KEYS[3], ARGV[4]) then redis.call('rpush', KEYS[3], ARGV[4]) end
+    redis.call('pexpire', KEYS[3], ARGV[6])
+  elseif redis.call('rpush', KEYS[3], ARGV[4]) == 1 then
+    redis.call('pexpire', KEYS[3], ARGV[6])
+  end
+end
+return {0, ttl}

@@ -1,0 +1,59 @@
+-- Shared by every lock script; dlock prepends it to each script's source.
+--
+-- Key order, the same in every script that uses these helpers:
+--   KEYS[1] the lock hash (the lock name itself, Redisson's layout)
+--   KEYS[2] the fencing counter   dlock:fence:{name}
+--   KEYS[3] the waiter queue      dlock:queue:{name}
+-- A queue entry is "<ticket> <ttl_ms> <owner field>"; the owner field is
+-- "<client id>:<owner id>", and the client listens on dlock:client:<client id>.
+
+-- issue_token returns a fencing token strictly greater than the last one kept
+-- in KEYS[2]. It starts from the server clock in microseconds, so that a token
+-- stays ahead of every earlier one even after KEYS[2] has expired or the data
+-- set was lost, as long as the server clock has moved forward since.
+local function issue_token(fence_ttl)
+  local t = redis.call('time')
+  local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('set', KEYS[2], tok, 'PX', fence_ttl, 'GET') or '0')
+  if last ~= nil and last >= tok then
+    tok = last + 1
+    redis.call('set', KEYS[2], tok, 'PX', fence_ttl)
+  end
+  return tok
+end
+
+-- next_token is issue_token for a lock that passes straight from one holder
+-- to the next: the counter is known to be recent, so one INCR will do.
+local function next_token(fence_ttl)
+  local tok = redis.call('incr', KEYS[2])
+  if tok == 1 then
+    -- The counter had expired: INCR created it from zero, without a TTL.
+    tok = issue_token(fence_ttl)
+  end
+  return tok
+end
+
+-- release_to_next frees the lock: it hands it straight to the first waiter in
+-- the queue when there is one (the lock never becomes free, so nobody else
+-- retries), or deletes it and publishes Redisson's unlock message '0'.
+local function release_to_next(claim_ms, fence_ttl)
+  while true do
+    local e = redis.call('lpop', KEYS[3])
+    if not e then break end
+    local ticket, ttl, field = string.match(e, '^(%d+) (%d+) (.+)$')
+    local cid = field and string.match(field, '^(.*):')
+    if cid then
+      redis.call('del', KEYS[1])
+      redis.call('hset', KEYS[1], field, 1)
+      -- A waiter that died before its turn must not hold the lock for a whole
+      -- lease: the hand-off is valid for the claim window only, and the new
+      -- holder extends it as soon as it runs.
+      redis.call('pexpire', KEYS[1], math.min(tonumber(ttl), tonumber(claim_ms)))
+      local tok = next_token(fence_ttl)
+      redis.call('publish', 'dlock:client:' .. cid, ticket .. ' ' .. tok)
+      return
+    end
+  end
+  redis.call('del', KEYS[1])
+  redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', '0')
+end
