@@ -381,7 +381,22 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return m.release(ctx, false)
 }
 
-func (m *Mutex) release(ctx context.Context, all bool) error {
+func (m *Mutex) release(ctx context.Context, all bool) (err error) {
+	if len(m.c.cfg.observers) > 0 {
+		finish := m.c.observeRelease(ctx, m.kind, m.name)
+		var final bool
+		var held time.Duration
+		defer func() {
+			if !errors.Is(err, ErrNotHeld) {
+				finish(Release{Kind: m.kind, Name: m.name, Final: final, Held: held, Err: err})
+			}
+		}()
+		m.mu.Lock()
+		if m.h != nil {
+			final, held = m.count == 1 || all, time.Since(m.h.start)
+		}
+		m.mu.Unlock()
+	}
 	m.mu.Lock()
 	count, h := m.count, m.h
 	m.mu.Unlock()
@@ -413,7 +428,6 @@ func (m *Mutex) release(ctx context.Context, all bool) error {
 	case err != nil:
 		m.count, m.h = 0, nil
 		h.end(fmt.Errorf("%w: release failed: %w", ErrLockLost, err))
-		m.c.observeRelease(m.kind, m.name, h, err)
 		return err
 	case v[0] == 0:
 		m.count, m.h = 0, nil
@@ -431,7 +445,6 @@ func (m *Mutex) release(ctx context.Context, all bool) error {
 	m.h = nil
 	lostErr := h.lostErr()
 	h.end(nil)
-	m.c.observeRelease(m.kind, m.name, h, nil)
 	return lostErr
 }
 

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,10 +28,17 @@ func (c *Client) observeAcquire(ctx context.Context, kind Kind, name string) fun
 	}
 }
 
-func (c *Client) observeRelease(kind Kind, name string, h *hold, err error) {
-	held := time.Since(h.start)
+func (c *Client) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
+	var fs []func(Release)
 	for _, o := range c.cfg.observers {
-		o.Released(kind, name, held, err)
+		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return func(r Release) {
+		for _, f := range fs {
+			f(r)
+		}
 	}
 }
 

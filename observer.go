@@ -24,6 +24,15 @@ type Acquisition struct {
 	Reentry  bool          // a re-entry of a lock the handle already held
 }
 
+// Release describes one Unlock, reported when it ends.
+type Release struct {
+	Kind  Kind
+	Name  string
+	Final bool          // the hold count reached zero: the lock was released
+	Held  time.Duration // for a final release, how long the lock was held
+	Err   error         // the release failed, or the hold had been lost
+}
+
 // Observer is told what a Client's locks do. dlockprom implements it for
 // Prometheus. Methods are called synchronously from lock operations and the
 // watchdog, possibly concurrently: they must be safe for concurrent use and
@@ -34,9 +43,9 @@ type Observer interface {
 	// function, if not nil, is called exactly once with the outcome; ctx is
 	// the caller's, for tracing.
 	AcquireStarted(ctx context.Context, kind Kind, name string) func(Acquisition)
-	// Released is called after a final release (hold count zero) with how
-	// long the lock was held; err is the release's error, if any.
-	Released(kind Kind, name string, held time.Duration, err error)
+	// ReleaseStarted is called when an Unlock begins. The returned function,
+	// if not nil, is called exactly once with the outcome.
+	ReleaseStarted(ctx context.Context, kind Kind, name string) func(Release)
 	// Lost is called when a hold ends without Unlock.
 	Lost(kind Kind, name string, cause error)
 	// Renewed is called after each watchdog call, with the number of locks
@@ -50,8 +59,8 @@ type NopObserver struct{}
 // AcquireStarted implements Observer.
 func (NopObserver) AcquireStarted(context.Context, Kind, string) func(Acquisition) { return nil }
 
-// Released implements Observer.
-func (NopObserver) Released(Kind, string, time.Duration, error) {}
+// ReleaseStarted implements Observer.
+func (NopObserver) ReleaseStarted(context.Context, Kind, string) func(Release) { return nil }
 
 // Lost implements Observer.
 func (NopObserver) Lost(Kind, string, error) {}
