@@ -1,0 +1,44 @@
+# dlock developer and CI entry points. Targets:
+#   make deps   - install missing system programs (redis-server, redis-tools;
+#                 with DLOCK_SQL_TESTS=1 also mariadb-server, postgresql)
+#   make test   - deps, go vet, race tests (what .ci/run runs)
+#   make bench  - run the benchmark program (separate module in bench/)
+#   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
+#   make lint   - fmt check + go vet
+
+SHELL := /bin/bash
+GO ?= go
+GOFMT ?= gofmt
+# 2 cores: at most 2 test binaries at once; the whole run must stay far
+# below the CI limit.
+TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2
+PKGS ?= ./...
+
+.PHONY: all deps vet test bench fmt fmt-fix lint
+
+all: test
+
+deps:
+	@bash .ci/ensure-deps.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+bench: deps
+	cd bench && $(GO) run .
+
+# Lists every .go file (bench/ included) outside .git and vendor/.
+GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path '*/vendor/*')
+
+fmt:
+	@out="$$($(GOFMT) -l $(GOFILES))"; \
+	if [[ -n "$$out" ]]; then echo "gofmt needed (run make fmt-fix):"; echo "$$out"; exit 1; fi
+
+fmt-fix:
+	$(GOFMT) -w $(GOFILES)
+
+lint: fmt vet

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package testenv
+
+import "syscall"
+
+// sysProcAttr puts the server in its own process group so a kill reaches any
+// child it forks. Without Linux's Pdeathsig a crashed test binary can leave
+// servers behind on this platform; Stop (run by t.Cleanup) still kills them.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
