@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
@@ -11,3 +12,5 @@ func testenvRedis(t testing.TB) *testenv.Redis {
 	t.Helper()
 	return testenv.StartRedis(t)
 }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -397,14 +397,14 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 		}
 		m.mu.Unlock()
 	}
+	if m.c.closed.Load() && !all {
+		return ErrClosed
+	}
 	m.mu.Lock()
 	count, h := m.count, m.h
 	m.mu.Unlock()
 	if count == 0 || h == nil {
 		return ErrNotHeld
-	}
-	if m.c.closed.Load() && !all {
-		return ErrClosed
 	}
 	final := count == 1 || all
 	if final && h.entry != nil {

@@ -50,7 +50,8 @@ local function release_to_next(claim_ms, fence_ttl)
       -- holder extends it as soon as it runs.
       redis.call('pexpire', KEYS[1], math.min(tonumber(ttl), tonumber(claim_ms)))
       local tok = next_token(fence_ttl)
-      redis.call('publish', 'dlock:client:' .. cid, ticket .. ' ' .. tok)
+      -- %d, not tostring: Lua would print a large token as 1.7e+15.
+      redis.call('publish', 'dlock:client:' .. cid, ticket .. ' ' .. string.format('%d', tok))
       return
     end
   end

@@ -1,0 +1,90 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// redisAddr is where the examples find Redis; in your code, your own address.
+var redisAddr = func() string { return dlock.ExampleRedisAddr }
+
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	// One Client per process: it owns the watchdog and the pub/sub connection.
+	locks, err := dlock.New(rdb, dlock.WithWatchdogTimeout(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	fmt.Println(locks.ID() != "")
+	// Output: true
+}
+
+func ExampleMutex_Lock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	m := locks.Mutex("example:stock:42")
+	if err := m.Lock(ctx); err != nil { // waits; renewed by the watchdog
+		log.Fatal(err)
+	}
+	select {
+	case <-m.Done(): // closed if the hold is lost: stop writing
+		log.Fatal(m.Err())
+	default:
+	}
+	fmt.Println("holding, token > 0:", m.Token() > 0)
+	if err := m.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: holding, token > 0: true
+}
+
+func ExampleMutex_TryLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Wait up to 2s; once held, the lock expires after 5s and is not renewed.
+	m := locks.Mutex("example:report")
+	ok, err := m.TryLock(ctx, 2*time.Second, 5*time.Second)
+	fmt.Println(ok, err)
+	if ok {
+		defer m.Unlock(ctx)
+	}
+	// Output: true <nil>
+}
+
+func ExampleClient_WithLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	err := locks.WithLock(context.Background(), "example:coupon:7", func(ctx context.Context) error {
+		// ctx is cancelled with cause dlock.ErrLockLost if the lock is lost.
+		fmt.Println("issuing one coupon")
+		return nil
+	}, dlock.WaitTime(2*time.Second))
+	switch {
+	case errors.Is(err, dlock.ErrWaitTimeout):
+		fmt.Println("busy, try later")
+	case err != nil:
+		log.Fatal(err)
+	}
+	// Output: issuing one coupon
+}

@@ -1,0 +1,73 @@
+package dlock
+
+import (
+	"testing"
+	"time"
+)
+
+// go-redis resends a script whose reply was lost. These tests send the very
+// same call twice and check that it counts once.
+
+func TestRepeatedAcquireCountsOnce(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	m := c.Mutex("idem-acquire")
+	ttl := time.Minute
+	first, err := m.attempt(ctx, ttl, 0, "", false)
+	if err != nil || first.status != 1 {
+		t.Fatal(first, err)
+	}
+	again, err := m.attempt(ctx, ttl, 0, "", false)
+	if err != nil || again.status != 1 || again.count != 1 || again.token != first.token {
+		t.Fatalf("repeated fresh acquire = %+v, %v; want count 1 and token %d", again, err, first.token)
+	}
+	// A repeated re-entry (expected count 1) counts once too.
+	for range 2 {
+		if res, err := m.attempt(ctx, ttl, 1, "", false); err != nil || res.count != 2 {
+			t.Fatalf("re-entry = %+v, %v; want count 2", res, err)
+		}
+	}
+	if n, _ := m.HoldCount(ctx); n != 2 {
+		t.Fatalf("HoldCount = %d, want 2", n)
+	}
+	rdbFor(t, r).Del(ctx, "idem-acquire")
+}
+
+func TestRepeatedReleaseCountsOnce(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	m := c.Mutex("idem-release")
+	rdb := rdbFor(t, r)
+	rdb.HSet(ctx, "idem-release", m.field, 3)
+	rdb.PExpire(ctx, "idem-release", time.Minute)
+	release := func(expected int, req string) []int64 {
+		t.Helper()
+		v, err := scriptRelease.Run(ctx, rdb, m.keyList, m.field, expected, req, 30000, 2000, 60000, "0").Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for range 2 {
+		if v := release(3, "req-1"); v[0] != 1 || v[1] != 2 {
+			t.Fatalf("release from 3 = %v, want [1 2]", v)
+		}
+	}
+	if n, _ := m.HoldCount(ctx); n != 2 {
+		t.Fatalf("count after a repeated decrement = %d, want 2", n)
+	}
+	rdb.HSet(ctx, "idem-release", m.field, 1)
+	for range 2 {
+		if v := release(1, "req-2"); v[0] != 1 || v[1] != 0 {
+			t.Fatalf("final release = %v, want [1 0] both times", v)
+		}
+	}
+	if v := release(1, "req-3"); v[0] != 0 {
+		t.Fatalf("a different release of a free lock = %v, want [0]", v)
+	}
+	if ttl, _ := rdb.PTTL(ctx, m.ks.Latch).Result(); ttl <= 0 || ttl > 30*time.Second {
+		t.Fatalf("latch TTL = %v", ttl)
+	}
+}

@@ -1,0 +1,155 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// unreachable is a client whose every command fails with a dial error, so an
+// ErrInvalidArgument from it proves no network call was made.
+func unreachable(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func TestBadInputFailsBeforeTheNetwork(t *testing.T) {
+	c, err := New(unreachable(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, name := range []string{"", strings.Repeat("n", 2000), "a}b", "\xff\xfe"} {
+		m := c.Mutex(name)
+		_, e1 := m.TryLock(ctx, time.Second, 0)
+		e2 := m.Lock(ctx)
+		e3 := m.Unlock(ctx)
+		_, e4 := m.ForceUnlock(ctx)
+		_, e5 := m.IsLocked(ctx)
+		_, e6 := m.HoldCount(ctx)
+		_, e7 := m.RemainingTTL(ctx)
+		e8 := c.WithLock(ctx, name, func(context.Context) error { return nil })
+		for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8} {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("name %.20q, call %d: %v, want ErrInvalidArgument", name, i+1, err)
+			}
+		}
+	}
+	m := c.Mutex("fine")
+	if _, err := m.TryLock(ctx, 0, 500*time.Microsecond); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("sub-millisecond lease: %v", err)
+	}
+	//lint:ignore SA1012 testing the nil check
+	if err := m.Lock(nil); !errors.Is(err, ErrInvalidArgument) { //nolint:staticcheck
+		t.Errorf("nil ctx: %v", err)
+	}
+	for i, opts := range [][]LockOption{{WaitTime(-time.Second)}, {LeaseTime(-time.Second)}, {LeaseTime(time.Microsecond)}, {nil}} {
+		if err := c.WithLock(ctx, "fine", func(context.Context) error { return nil }, opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("lock options %d: %v", i, err)
+		}
+	}
+	if err := c.WithLock(ctx, "fine", nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("nil fn: %v", err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	rdb := unreachable(t)
+	if _, err := New(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	for i, o := range []Option{nil, WithWatchdogTimeout(time.Millisecond), WithWatchdogTimeout(-1), WithLogger(nil),
+		WithObserver(nil), WithClientID(""), WithClientID("a:b"), WithClientID("a b"), WithHandoffClaim(0), WithCloseTimeout(0)} {
+		if _, err := New(rdb, o); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("option %d: %v, want ErrInvalidArgument", i, err)
+		}
+	}
+}
+
+func TestClose(t *testing.T) {
+	r := shared
+	c, err := New(rdbFor(t, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, r)
+	ctx := ctxT(t)
+	held := c.Mutex("close:held")
+	mustLock(t, held)
+	mustLock(t, held) // count 2: Close releases it all the same
+	fixed := c.Mutex("close:fixed")
+	if ok, err := fixed.TryLock(ctx, 0, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	blocker := other.Mutex("close:wait")
+	mustLock(t, blocker)
+	waiting := make(chan error, 1)
+	go func() { waiting <- c.Mutex("close:wait").Lock(ctx) }()
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, blocker.ks.Queue).Result(); return n == 1 })
+
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-waiting; !errors.Is(err, ErrClosed) {
+		t.Errorf("waiter after Close: %v, want ErrClosed", err)
+	}
+	for _, name := range []string{"close:held", "close:fixed"} {
+		if n, _ := rdbFor(t, r).Exists(ctx, name).Result(); n != 0 {
+			t.Errorf("%s still held after Close", name)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := held.Unlock(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if _, err := c.Mutex("x").TryLock(ctx, 0, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("TryLock after Close: %v", err)
+	}
+	if err := c.WithLock(ctx, "x", func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("WithLock after Close: %v", err)
+	}
+	mustUnlock(t, blocker)
+}
+
+func FuzzInput(f *testing.F) {
+	f.Add("coupon", int64(0), int64(0), int64(30000), "id")
+	f.Add("", int64(-1), int64(1), int64(1), "")
+	f.Add("a{b}c", int64(1e9), int64(-5), int64(29), "x:y")
+	f.Add("}", int64(5), int64(999999), int64(1<<40), "\x00")
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	defer rdb.Close()
+	f.Fuzz(func(t *testing.T, name string, wait, lease, watchdog int64, id string) {
+		c, err := New(rdb, WithWatchdogTimeout(time.Duration(watchdog)*time.Microsecond), WithClientID(id))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("New: %v", err)
+			}
+			return
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		m := c.Mutex(name)
+		ok, err := m.TryLock(ctx, time.Duration(wait)%time.Millisecond, time.Duration(lease))
+		if ok {
+			t.Fatal("acquired from an unreachable server")
+		}
+		if err == nil {
+			t.Fatal("no error from an unreachable server")
+		}
+		if name == "" && !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("empty name: %v", err)
+		}
+		if err := m.Unlock(ctx); err == nil {
+			t.Fatal("Unlock of nothing succeeded")
+		}
+	})
+}

@@ -1,0 +1,231 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pubsubConns counts the server's pub/sub connections.
+func pubsubConns(t testing.TB, ctx context.Context, r interface {
+	Do(context.Context, ...any) (any, error)
+}) int {
+	t.Helper()
+	v, err := r.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(fmt.Sprint(v), "\n")
+}
+
+// Many waiters on several names in one Client share one pub/sub connection,
+// one subscription per channel, and no goroutine of their own.
+func TestWaitersShareOneConnection(t *testing.T) {
+	r := testenvRedis(t)
+	holder, c := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	const names, perName = 5, 40
+	held := make([]*Mutex, names)
+	for i := range held {
+		held[i] = holder.Mutex(fmt.Sprintf("share:%d", i))
+		mustLock(t, held[i])
+	}
+	base := runtime.NumGoroutine()
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, names*perName)
+	for i := range names {
+		for range perName {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(fmt.Sprintf("share:%d", i))
+				if err := m.Lock(wctx); err == nil {
+					errs <- fmt.Errorf("%s acquired while held", m.Name())
+				}
+			}()
+		}
+	}
+	rdb := rdbFor(t, r)
+	waitFor(t, "all waiters queued", func() bool {
+		total := int64(0)
+		for i := range names {
+			n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result()
+			total += n
+		}
+		return total == names*perName
+	})
+	if got := runtime.NumGoroutine() - base; got > names*perName+3 {
+		t.Errorf("%d waiters use %d goroutines", names*perName, got)
+	}
+	if n := pubsubConns(t, ctx, r); n != 1 {
+		t.Errorf("%d pub/sub connections, want 1", n)
+	}
+	for i := range names {
+		n, err := rdb.PubSubNumSub(ctx, held[i].ks.Channel).Result()
+		if err != nil || n[held[i].ks.Channel] != 1 {
+			t.Errorf("channel %s has %v subscribers (%v), want 1", held[i].ks.Channel, n, err)
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range names {
+		if n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result(); n != 0 {
+			t.Errorf("%d cancelled waiters still queued on %s", n, held[i].Name())
+		}
+		mustUnlock(t, held[i])
+	}
+	// After the linger, the lock channels are unsubscribed.
+	waitFor(t, "lock channels unsubscribed", func() bool {
+		chans, _ := rdb.PubSubChannels(ctx, "redisson_lock__channel:*").Result()
+		return len(chans) == 0
+	})
+}
+
+// A release hands the lock to one waiter: the others are not woken, so a
+// chain of hand-offs among W local waiters costs no retries.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	first := c.Mutex("wake-one")
+	mustLock(t, first)
+	const w = 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	inside := 0
+	for range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex("wake-one")
+			if err := m.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			inside++
+			if inside > 1 {
+				t.Error("two holders")
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			inside--
+			mu.Unlock()
+			if err := m.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	rdb := rdbFor(t, r)
+	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, first.ks.Queue).Result(); return n == w })
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustUnlock(t, first)
+	wg.Wait()
+	// One release script per grant (20 waiters + the first holder), and no
+	// acquire retry: every grant was a hand-off.
+	if n := commands(t, r)["evalsha"]; n != w+1 {
+		t.Fatalf("%d scripts for %d hand-offs, want %d (no retries)", n, w, w+1)
+	}
+}
+
+// Redisson's "0" wakes exactly one local waiter.
+func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	// A foreign holder (Redisson's layout) that does not use dlock's queue.
+	if err := rdb.HSet(ctx, "foreign", "java-uuid:1", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, "foreign", time.Minute)
+	const w = 10
+	results := make(chan error, w)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ms := make([]*Mutex, w)
+	for i := range ms {
+		ms[i] = c.Mutex("foreign")
+		go func() { results <- ms[i].Lock(wctx) }()
+	}
+	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, ms[0].ks.Queue).Result(); return n == w })
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Redisson's unlock: delete the hash, publish 0.
+	rdb.Del(ctx, "foreign")
+	rdb.Publish(ctx, ms[0].ks.Channel, "0")
+	select {
+	case err := <-results:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second): // under the 3s re-check: woken by the message
+		t.Fatal("no waiter woke on Redisson's release message")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := commands(t, r)["evalsha"]; n != 1 {
+		t.Fatalf("%d waiters retried after one release message, want 1", n)
+	}
+	cancel()
+	for range w - 1 {
+		if err := <-results; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter: %v", err)
+		}
+	}
+	for _, m := range ms {
+		if m.Token() != 0 {
+			mustUnlock(t, m)
+		}
+	}
+}
+
+// If the pub/sub connection drops while a hand-off is published, the waiter
+// still gets the lock as soon as the subscription is back, long before the
+// holder's TTL or the re-check interval.
+func TestWaiterSurvivesPubSubDrop(t *testing.T) {
+	r := testenvRedis(t)
+	holderC := newClient(t, r)
+	c := newClient(t, r)
+	c.cfg.recheck = time.Minute // only the resubscription can rescue the waiter
+	ctx := ctxT(t)
+	h := holderC.Mutex("drop")
+	if ok, err := h.TryLock(ctx, 0, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	w := c.Mutex("drop")
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	rdb := rdbFor(t, r)
+	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	// Pause the server so the kill and the release land before the reconnect.
+	if _, err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	mustUnlock(t, h)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not recover from the pub/sub drop")
+	}
+	if w.Token() <= h.Token() && w.Token() == 0 {
+		t.Fatal("no token")
+	}
+	mustUnlock(t, w)
+}

@@ -1,0 +1,144 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// One script call renews many held locks: 300 locks held by one client cost
+// one call per renewal, each carrying at least 100 of them.
+func TestWatchdogRenewsInBatches(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
+	ctx := ctxT(t)
+	const n = 300
+	ms := make([]*Mutex, n)
+	for i := range ms {
+		ms[i] = c.Mutex(fmt.Sprintf("batch:%d", i))
+		mustLock(t, ms[i])
+	}
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // six renewal periods of 200ms
+	s := commands(t, r)
+	calls, checks := s["evalsha"], s["hexists"]
+	if calls == 0 || checks < n {
+		t.Fatalf("no renewal: %d calls, %d locks checked", calls, checks)
+	}
+	if per := checks / calls; per < 100 {
+		t.Fatalf("renewal carried %d locks per call (%d calls, %d checks), want >= 100", per, calls, checks)
+	}
+	for _, m := range ms {
+		if m.Err() != nil {
+			t.Fatalf("%s lost: %v", m.Name(), m.Err())
+		}
+		mustUnlock(t, m)
+	}
+	if c.renewer.Len() != 0 {
+		t.Fatalf("%d renewals left after every Unlock", c.renewer.Len())
+	}
+	// No renewal may follow the last Unlock.
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(450 * time.Millisecond)
+	if s := commands(t, r); s["hexists"] != 0 || s["pexpire"] != 0 {
+		t.Fatalf("renewals after Unlock: %v", s)
+	}
+}
+
+// A pause shorter than the watchdog timeout is ridden out: renewal retries and
+// the hold survives.
+func TestWatchdogRidesOutPause(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(2*time.Second))
+	m := c.Mutex("pause-short")
+	mustLock(t, m)
+	time.Sleep(700 * time.Millisecond) // past the first renewal
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := m.Err(); err != nil {
+		t.Fatalf("hold lost across a short pause: %v", err)
+	}
+	if l, err := m.IsLocked(ctxT(t)); !l || err != nil {
+		t.Fatalf("IsLocked = %v, %v", l, err)
+	}
+	mustUnlock(t, m)
+}
+
+// When Redis cannot confirm the hold for a whole timeout, the holder declares
+// it lost on its own clock, without waiting for Redis to answer.
+func TestWatchdogDeclaresLossOnDeadline(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
+	var lostCtx context.Context
+	started := make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- c.WithLock(context.Background(), "pause-long", func(ctx context.Context) error {
+			lostCtx = ctx
+			close(started)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-started
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("WithLock returned %v, want ErrLockLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("loss not declared while Redis was paused")
+	}
+	if !errors.Is(context.Cause(lostCtx), ErrLockLost) {
+		t.Fatalf("fn's ctx cause = %v", context.Cause(lostCtx))
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Renewal that finds another owner (here: the key deleted and retaken)
+// declares the hold lost at once.
+func TestWatchdogDeclaresLossWhenNotYours(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	other := newClient(t, r)
+	ctx := ctxT(t)
+	m := c.Mutex("stolen")
+	mustLock(t, m)
+	if err := rdbFor(t, r).Del(ctx, "stolen").Err(); err != nil {
+		t.Fatal(err)
+	}
+	thief := other.Mutex("stolen")
+	mustLock(t, thief)
+	select {
+	case <-m.Done():
+	case <-ctx.Done():
+		t.Fatal("loss not declared")
+	}
+	if !errors.Is(m.Err(), ErrLockLost) {
+		t.Fatalf("Err = %v", m.Err())
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Unlock of a lost hold = %v", err)
+	}
+	if n, _ := thief.HoldCount(ctx); n != 1 {
+		t.Fatal("the loser's Unlock touched the new holder")
+	}
+	mustUnlock(t, thief)
+}
