@@ -1,0 +1,20 @@
+// Command dlock operates dlock's distributed locks on Redis from the shell:
+// hold a lock while a command runs, look at and break locks, and run the
+// coupon demo and the contention benchmark.
+//
+//	dlock demo                          # the coupon race, on an embedded Redis
+//	dlock run nightly-report -- ./report.sh
+//	dlock inspect coupon:issue:42
+//	dlock unlock --force coupon:issue:42
+//	dlock bench -w 16 -k 100
+//
+// Run "dlock help" or "dlock COMMAND --help" for the details and exit codes.
+package main
+
+import (
+	"os"
+)
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
+}

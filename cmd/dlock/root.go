@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Exit codes shared by the commands. run also passes CMD's own code through.
+const (
+	exitOK          = 0
+	exitFailure     = 1  // a failure not listed below
+	exitUsage       = 2  // bad flags, arguments or URL
+	exitUnavailable = 69 // Redis could not be reached (sysexits EX_UNAVAILABLE)
+	exitNotAcquired = 75 // run: the lock was not acquired within --wait (EX_TEMPFAIL)
+	exitLost        = 76 // run: the lock was lost while CMD ran
+)
+
+// DefaultRedisURL is used when neither --redis nor DLOCK_REDIS_URL is set.
+const DefaultRedisURL = "redis://127.0.0.1:6379"
+
+// envRedisURL names the environment variable that replaces the default URL.
+const envRedisURL = "DLOCK_REDIS_URL"
+
+// pingTimeout bounds the PING every command sends before doing any work.
+const pingTimeout = 3 * time.Second
+
+// exitError carries an exit code and a one-line message ("" prints nothing).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// app holds what every command shares.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+
+	redisURL string
+	verbose  bool
+}
+
+// Main runs the dlock command line with args (without the program name) and
+// returns the process exit code. It is the whole program; main only calls it.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "dlock: "+oneLine(ee.msg))
+		}
+		return ee.code
+	}
+	code := exitFailure
+	if errors.Is(err, dlock.ErrInvalidArgument) || isUsage(err) {
+		code = exitUsage
+	}
+	fmt.Fprintln(stderr, "dlock: "+oneLine(err.Error()))
+	if isUsage(err) {
+		fmt.Fprintln(stderr, "Run 'dlock --help' for usage.")
+	}
+	return code
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(s, "dlock: ")
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// usageError marks errors about the command line itself.
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// wrapArgs makes an argument validator's error a usage error.
+func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	def := DefaultRedisURL
+	if v, ok := a.lookupEnv(envRedisURL); ok && v != "" {
+		def = v
+	}
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks on Redis, from the shell",
+		Long: `dlock operates the locks of the dlock library (Redisson-compatible reentrant
+locks on Redis): hold a lock while a command runs, inspect and break locks,
+and run the coupon demo and the contention benchmark.
+
+Every command that talks to Redis first checks that it answers PING; the
+server comes from --redis, else $DLOCK_REDIS_URL, else ` + DefaultRedisURL + `.
+URLs are go-redis URLs: redis://[user:password@]host:port[/db], or rediss://
+for TLS.`,
+		Example: `  # See the race a lock prevents, on an embedded Redis (nothing to install):
+  dlock demo
+  dlock demo --no-lock
+
+  # Hold a lock while a job runs, on whichever machine gets it first:
+  dlock --redis redis://redis.internal:6379 run nightly-report -- ./report.sh
+
+  # Who holds it, and who waits?
+  dlock inspect nightly-report`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Completion commands are not part of dlock's interface.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.PersistentFlags().StringVar(&a.redisURL, "redis", def, "Redis URL (env "+envRedisURL+")")
+	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log the library's warnings and debug messages to stderr")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(a.demoCommand(), a.runCommand(), a.inspectCommand(), a.unlockCommand(),
+		a.benchCommand(), a.versionCommand())
+	return root
+}
+
+// redisFlagSet reports whether the user chose a Redis (flag or environment).
+func (a *app) redisFlagSet(cmd *cobra.Command) bool {
+	if f := cmd.Flags().Lookup("redis"); f != nil && f.Changed {
+		return true
+	}
+	v, ok := a.lookupEnv(envRedisURL)
+	return ok && v != ""
+}
+
+// redact hides a password in a URL for messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// redisOptions parses --redis.
+func (a *app) redisOptions() (*redis.Options, error) {
+	opts, err := redis.ParseURL(a.redisURL)
+	if err != nil {
+		return nil, usagef("bad Redis URL %s: %s", redact(a.redisURL), strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opts, nil
+}
+
+// connect parses --redis, connects and PINGs with a short timeout.
+func (a *app) connect(ctx context.Context) (*redis.Client, *redis.Options, error) {
+	opts, err := a.redisOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(opts)
+	if err := ping(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", opts.Addr, err)
+	}
+	return rdb, opts, nil
+}
+
+func ping(ctx context.Context, rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer to PING within %v", pingTimeout)
+	}
+	return err
+}
+
+// clientOptions are the dlock options every command uses.
+func (a *app) clientOptions() []dlock.Option {
+	if !a.verbose {
+		return nil
+	}
+	h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return []dlock.Option{dlock.WithLogger(slog.New(h))}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-dev/dlock"
+)
+
+type runFlags struct {
+	wait, lease, grace, watchdog time.Duration
+	fair                         bool
+}
+
+// errFairUnsupported is returned for --fair until the library has FairMutex.
+var errFairUnsupported = exitf(exitUsage, "--fair is not yet supported: dlock has no fair lock (FairMutex) yet")
+
+func (a *app) runCommand() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [--wait D] [--lease D] [--grace D] NAME -- CMD [ARGS...]",
+		Short: "Hold a lock while a command runs (flock across machines)",
+		Long: `run takes the lock NAME, runs CMD while holding it, and releases it when CMD
+exits. Without --lease the lock is held in watchdog mode: its TTL (30s) is
+renewed every 10s for as long as CMD runs (see --watchdog), and it expires by itself if this
+process dies. SIGINT and SIGTERM received by dlock are forwarded to CMD
+(CMD runs in dlock's process group, so a Ctrl-C in a terminal reaches it
+directly as well).
+
+If the lock is lost while CMD runs (someone ran "dlock unlock --force", Redis
+lost the key, renewal failed for a whole TTL, or the --lease ran out), CMD gets
+SIGTERM, then SIGKILL after --grace, and dlock exits 76.
+
+--fair (take the lock in FIFO order across processes) is not yet supported:
+the fair lock does not exist yet, and dlock run --fair fails with exit code 2.
+
+Exit codes:
+  CMD's own     CMD ran and exited (128+N if it was killed by signal N)
+  75            NAME was not acquired within --wait
+  76            the lock was lost while CMD ran
+  2             bad flags or arguments
+  69            Redis could not be reached
+  126, 127      CMD could not be run / was not found
+  128+N         dlock was interrupted by signal N while waiting
+  1             any other failure`,
+		Example: `  # Run the nightly report on one machine only; the others wait up to 10s, then exit 75:
+  dlock run nightly-report -- ./report.sh --date today
+
+  # Give up at once if another machine has it, hold it at most 10 minutes:
+  dlock run --wait 0 --lease 10m migrate -- ./migrate up
+
+  # In cron, skip quietly when another node is already running the job:
+  dlock run --wait 0 cleanup -- ./cleanup.sh || [ $? -eq 75 ]`,
+		Args: wrapArgs(func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return errors.New("run needs a lock NAME and a CMD, as in: dlock run NAME -- CMD [ARGS...]")
+			}
+			if dash := cmd.ArgsLenAtDash(); dash > 1 {
+				return fmt.Errorf("run takes one lock NAME before --, got %d", dash)
+			}
+			return nil
+		}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.fair {
+				return errFairUnsupported
+			}
+			if f.wait < 0 || f.lease < 0 || f.grace < 0 {
+				return usagef("--wait, --lease and --grace must not be negative")
+			}
+			return a.run(cmd.Context(), f, args[0], args[1:])
+		},
+	}
+	// Flags stop at NAME: everything after it belongs to CMD, "--" or not.
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().DurationVar(&f.wait, "wait", dlock.DefaultWaitTime, "how long to wait for the lock; 0 makes one attempt")
+	cmd.Flags().DurationVar(&f.lease, "lease", 0, "hold the lock for at most this long, not renewed (0: watchdog mode, renewed while CMD runs)")
+	cmd.Flags().DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to CMD")
+	cmd.Flags().DurationVar(&f.watchdog, "watchdog", 30*time.Second, "the lock's TTL in watchdog mode, renewed every third of it; a lost lock is noticed within a third")
+	cmd.Flags().BoolVar(&f.fair, "fair", false, "take the lock in FIFO order (NOT YET SUPPORTED: exits 2)")
+	return cmd
+}
+
+func signalCode(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitFailure
+}
+
+func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) error {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	rdb, _, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	c, err := dlock.New(rdb, append(a.clientOptions(), dlock.WithWatchdogTimeout(f.watchdog))...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m := c.Mutex(name)
+
+	// Wait for the lock; a signal meanwhile gives up.
+	wctx, cancel := context.WithCancel(ctx)
+	waitDone := make(chan struct{})
+	gotSignal := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sigs:
+			gotSignal <- s
+			cancel()
+		case <-waitDone:
+			gotSignal <- nil
+		}
+	}()
+	ok, err := m.TryLock(wctx, f.wait, f.lease)
+	close(waitDone)
+	interrupted := <-gotSignal
+	cancel()
+	if interrupted != nil {
+		if ok {
+			_ = m.Unlock(context.WithoutCancel(ctx))
+		}
+		return exitf(signalCode(interrupted), "interrupted by %v while waiting for %s", interrupted, name)
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("acquiring %s: %w", name, err)
+	case !ok:
+		return exitf(exitNotAcquired, "%s not acquired within %v: another owner holds it", name, f.wait)
+	}
+
+	code, lostMsg := a.supervise(m, name, argv, f.grace, sigs)
+
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer ucancel()
+	uerr := m.Unlock(uctx)
+	switch {
+	case lostMsg != "":
+		return exitf(exitLost, "%s", lostMsg)
+	case errors.Is(uerr, dlock.ErrLockLost):
+		return exitf(exitLost, "lost the lock %s before %s finished: %v", name, argv[0], uerr)
+	case uerr != nil:
+		fmt.Fprintf(a.stderr, "dlock: releasing %s failed (it expires by its TTL): %s\n", name, oneLine(uerr.Error()))
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// supervise runs CMD while m is held and returns its exit code, or, when the
+// lock was lost meanwhile, the message to print (CMD has then been stopped).
+func (a *app) supervise(m *dlock.Mutex, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, string) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
+	if err := cmd.Start(); err != nil {
+		code := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		fmt.Fprintf(a.stderr, "dlock: cannot run %s: %s\n", argv[0], oneLine(err.Error()))
+		return code, ""
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	done := m.Done()
+	var kill <-chan time.Time
+	var lostMsg string
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-done:
+			done = nil
+			cause := m.Err()
+			if cause == nil {
+				continue // cannot happen while held; be safe
+			}
+			lostMsg = fmt.Sprintf("lost the lock %s while %s was running (%s); stopped it", name, argv[0], oneLine(cause.Error()))
+			fmt.Fprintf(a.stderr, "dlock: lost the lock %s; sending SIGTERM to %s, SIGKILL in %v\n", name, argv[0], grace)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(a.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], grace)
+			_ = cmd.Process.Kill()
+		case err := <-exited:
+			return exitCode(err), lostMsg
+		}
+	}
+}
+
+// exitCode is a finished command's exit status as a shell reports it.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return exitFailure
+}

@@ -1,0 +1,304 @@
+// Package dlockprom exports dlock's lock activity as Prometheus metrics.
+//
+// New builds a *Metrics, registers its collectors on the prometheus.Registerer
+// you pass (never on the global default registry), and returns it; hand it to
+// dlock.New with dlock.WithObserver. One *Metrics may observe several Clients.
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := dlockprom.New(reg)
+//	...
+//	c, err := dlock.New(rdb, dlock.WithObserver(m))
+//
+// # Metrics
+//
+// Every metric except the renewal counters carries the label kind, the lock
+// type ("mutex", later "fair", "read", "write", ...). Lock names are never
+// labels: a service may use millions of names, and each would be a time series.
+//
+//	dlock_acquire_attempts_total{kind}    acquisitions that ended (re-entries excluded)
+//	dlock_acquired_total{kind}            of those, the grants
+//	dlock_wait_timeouts_total{kind}       of those, the ones whose wait ran out
+//	dlock_acquire_errors_total{kind}      of those, failures (Redis error, cancelled context, closed client)
+//	dlock_wait_duration_seconds{kind}     histogram: time from the call to its outcome, every outcome
+//	dlock_hold_duration_seconds{kind}     histogram: time from grant to final release
+//	dlock_held{kind}                      gauge: holds currently held through observed Clients
+//	dlock_lost_total{kind}                holds that ended without Unlock (lost)
+//	dlock_renewals_total                  locks carried by watchdog renewal calls
+//	dlock_renewal_failures_total          of those, locks whose renewal call failed
+//
+// An acquisition is counted when it ends, so attempts = acquired + timeouts +
+// errors always holds. A TryLock with wait <= 0 that finds the lock taken
+// counts as a wait timeout (its wait of zero ran out). The wait-timeout ratio of the seeds' checklist is
+// rate(dlock_wait_timeouts_total) / rate(dlock_acquire_attempts_total) and
+// the average wait is rate(..._sum) / rate(..._count) of the wait histogram.
+//
+// A renewal that fails is retried by the watchdog; a lock is lost only when
+// it cannot be confirmed within its TTL, which dlock_lost_total counts.
+//
+// # Reserved
+//
+// The Resilient locker (Redis first, a SQL named lock behind a circuit
+// breaker) does not exist yet. When it does, this package will add
+// dlock_fallback_total{tier} (acquisitions served by a fallback tier) and
+// dlock_breaker_state{backend} (0 closed, 1 half-open, 2 open), registered
+// by New on the same Registerer. They are deliberately not registered
+// before there is something to count.
+package dlockprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Metrics is a dlock.Observer that keeps Prometheus metrics. It is safe for
+// concurrent use by any number of Clients and goroutines; its methods never
+// block on anything but the metrics' own atomic updates.
+type Metrics struct {
+	// NopObserver keeps Metrics a dlock.Observer when methods are added to
+	// the interface before this package learns about them.
+	dlock.NopObserver
+
+	attempts        *prometheus.CounterVec
+	acquired        *prometheus.CounterVec
+	waitTimeouts    *prometheus.CounterVec
+	acquireErrors   *prometheus.CounterVec
+	waitDuration    *prometheus.HistogramVec
+	holdDuration    *prometheus.HistogramVec
+	held            *prometheus.GaugeVec
+	lost            *prometheus.CounterVec
+	renewals        prometheus.Counter
+	renewalFailures prometheus.Counter
+}
+
+var _ dlock.Observer = (*Metrics)(nil)
+
+// Option configures New. Options are plain functions applied in order; they
+// are safe to share between goroutines.
+type Option func(*config) error
+
+type config struct {
+	namespace   string
+	constLabels prometheus.Labels
+	waitBuckets []float64
+	holdBuckets []float64
+}
+
+// DefaultWaitBuckets are the wait-duration histogram's buckets, in seconds:
+// from an uncontended grant (about a round trip) to DefaultWaitTime and beyond.
+var DefaultWaitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// DefaultHoldBuckets are the hold-duration histogram's buckets, in seconds.
+var DefaultHoldBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800}
+
+// WithNamespace prefixes every metric name with ns and an underscore:
+// WithNamespace("shop") gives shop_dlock_acquired_total. ns must be a valid
+// metric name prefix.
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		if ns == "" || !validName(ns) {
+			return fmt.Errorf("%w: bad namespace %q", dlock.ErrInvalidArgument, ns)
+		}
+		c.namespace = ns
+		return nil
+	}
+}
+
+// WithConstLabels adds labels with fixed values to every metric, for example
+// the service or the Redis deployment. "kind" is reserved.
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(c *config) error {
+		for k := range l {
+			if k == "kind" || !validName(k) {
+				return fmt.Errorf("%w: bad const label %q", dlock.ErrInvalidArgument, k)
+			}
+		}
+		if c.constLabels == nil {
+			c.constLabels = prometheus.Labels{}
+		}
+		for k, v := range l {
+			c.constLabels[k] = v
+		}
+		return nil
+	}
+}
+
+// WithWaitBuckets replaces DefaultWaitBuckets (seconds, increasing).
+func WithWaitBuckets(b ...float64) Option {
+	return func(c *config) error {
+		if !increasing(b) {
+			return fmt.Errorf("%w: wait buckets must be non-empty and increasing", dlock.ErrInvalidArgument)
+		}
+		c.waitBuckets = append([]float64(nil), b...)
+		return nil
+	}
+}
+
+// WithHoldBuckets replaces DefaultHoldBuckets (seconds, increasing).
+func WithHoldBuckets(b ...float64) Option {
+	return func(c *config) error {
+		if !increasing(b) {
+			return fmt.Errorf("%w: hold buckets must be non-empty and increasing", dlock.ErrInvalidArgument)
+		}
+		c.holdBuckets = append([]float64(nil), b...)
+		return nil
+	}
+}
+
+func increasing(b []float64) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for i := 1; i < len(b); i++ {
+		if b[i] <= b[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+func validName(s string) bool {
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// New creates the metrics and registers them on reg, which must not be nil.
+// It fails (registering nothing) when an option is invalid or when reg
+// already has metrics of the same names, e.g. from a second New on the same
+// Registerer: use WithNamespace or WithConstLabels to tell them apart, or
+// share one *Metrics. New is safe for concurrent use.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: nil Registerer", dlock.ErrInvalidArgument)
+	}
+	cfg := config{waitBuckets: DefaultWaitBuckets, holdBuckets: DefaultHoldBuckets}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", dlock.ErrInvalidArgument, i)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	name := func(n string) string {
+		if cfg.namespace != "" {
+			return cfg.namespace + "_dlock_" + n
+		}
+		return "dlock_" + n
+	}
+	kind := []string{"kind"}
+	counter := func(n, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name(n), Help: help, ConstLabels: cfg.constLabels}, kind)
+	}
+	m := &Metrics{
+		attempts:      counter("acquire_attempts_total", "Lock acquisitions that ended, by lock kind (re-entries excluded)."),
+		acquired:      counter("acquired_total", "Lock acquisitions that were granted, by lock kind."),
+		waitTimeouts:  counter("wait_timeouts_total", "Lock acquisitions whose wait time ran out, by lock kind."),
+		acquireErrors: counter("acquire_errors_total", "Lock acquisitions that failed with an error (Redis, cancelled context, closed client), by lock kind."),
+		waitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: name("wait_duration_seconds"), Help: "Time from a lock acquisition call to its outcome, by lock kind.",
+			Buckets: cfg.waitBuckets, ConstLabels: cfg.constLabels,
+		}, kind),
+		holdDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: name("hold_duration_seconds"), Help: "Time from a lock's grant to its final release, by lock kind.",
+			Buckets: cfg.holdBuckets, ConstLabels: cfg.constLabels,
+		}, kind),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: name("held"), Help: "Locks currently held through the observed clients, by lock kind.", ConstLabels: cfg.constLabels,
+		}, kind),
+		lost: counter("lost_total", "Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired."),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("renewals_total"), Help: "Locks carried by watchdog renewal calls.", ConstLabels: cfg.constLabels,
+		}),
+		renewalFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("renewal_failures_total"), Help: "Locks carried by watchdog renewal calls that failed (and are retried).", ConstLabels: cfg.constLabels,
+		}),
+	}
+	cs := []prometheus.Collector{m.attempts, m.acquired, m.waitTimeouts, m.acquireErrors,
+		m.waitDuration, m.holdDuration, m.held, m.lost, m.renewals, m.renewalFailures}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("dlockprom: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// AcquireStarted implements dlock.Observer. The acquisition is counted when
+// it ends; a re-entry of a lock the handle already holds is not counted.
+func (m *Metrics) AcquireStarted(_ context.Context, _ dlock.Kind, _ string) func(dlock.Acquisition) {
+	return m.acquisition
+}
+
+func (m *Metrics) acquisition(a dlock.Acquisition) {
+	if a.Reentry {
+		return
+	}
+	k := string(a.Kind)
+	m.attempts.WithLabelValues(k).Inc()
+	m.waitDuration.WithLabelValues(k).Observe(a.Waited.Seconds())
+	switch {
+	case a.Acquired:
+		m.acquired.WithLabelValues(k).Inc()
+		m.held.WithLabelValues(k).Inc()
+	case a.Err != nil:
+		m.acquireErrors.WithLabelValues(k).Inc()
+	case a.TimedOut:
+		m.waitTimeouts.WithLabelValues(k).Inc()
+	default:
+		// wait <= 0 and the lock was taken: a single attempt that failed is
+		// a wait that ran out at once.
+		m.waitTimeouts.WithLabelValues(k).Inc()
+	}
+}
+
+// ReleaseStarted implements dlock.Observer. A final release ends a hold: it
+// lowers dlock_held (unless the hold had been lost, which Lost counted) and
+// observes the hold duration.
+func (m *Metrics) ReleaseStarted(_ context.Context, _ dlock.Kind, _ string) func(dlock.Release) {
+	return m.release
+}
+
+func (m *Metrics) release(r dlock.Release) {
+	if !r.Final || errors.Is(r.Err, dlock.ErrClosed) {
+		// An Unlock refused because the client is closing leaves the hold to
+		// Close, whose own final release is reported.
+		return
+	}
+	k := string(r.Kind)
+	if r.Held > 0 {
+		m.holdDuration.WithLabelValues(k).Observe(r.Held.Seconds())
+	}
+	if !errors.Is(r.Err, dlock.ErrLockLost) {
+		m.held.WithLabelValues(k).Dec()
+	}
+}
+
+// Lost implements dlock.Observer: it counts the loss and lowers dlock_held.
+func (m *Metrics) Lost(kind dlock.Kind, _ string, _ error) {
+	k := string(kind)
+	m.lost.WithLabelValues(k).Inc()
+	m.held.WithLabelValues(k).Dec()
+}
+
+// Renewed implements dlock.Observer.
+func (m *Metrics) Renewed(n int, err error) {
+	m.renewals.Add(float64(n))
+	if err != nil {
+		m.renewalFailures.Add(float64(n))
+	}
+}
