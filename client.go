@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +29,16 @@ type Client struct {
 	reqs    atomic.Uint64
 	closed  atomic.Bool
 
+	args boxedArgs
+
 	mu    sync.Mutex
 	holds map[*hold]struct{} // every live hold, for Close
+}
+
+// boxedArgs are script arguments that never change for a Client, converted
+// to interfaces once rather than on every call.
+type boxedArgs struct {
+	watchdogMs, queueTTLMs, fenceTTLMs, claimMs, latchTTLMs any
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
@@ -58,6 +65,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cfg:   cfg,
 		id:    cfg.clientID,
 		holds: make(map[*hold]struct{}),
+	}
+	c.args = boxedArgs{
+		watchdogMs: ms(cfg.watchdog),
+		queueTTLMs: ms(4 * cfg.recheck),
+		fenceTTLMs: ms(cfg.fenceTTL),
+		claimMs:    ms(cfg.claim),
+		latchTTLMs: ms(cfg.latchTTL),
 	}
 	c.hub = notify.New(rdb, keys.ClientChannel(c.id), cfg.linger, cfg.logger)
 	var slot func(string) uint16
@@ -135,11 +149,15 @@ func (c *Client) untrack(h *hold) {
 	c.mu.Unlock()
 }
 
-func (c *Client) nextRequest() string {
-	return c.id + ":" + strconv.FormatUint(c.reqs.Add(1), 10)
-}
+// nextRequest numbers a release call; with the owner field it makes the
+// request id the unlock latch remembers.
+func (c *Client) nextRequest() uint64 { return c.reqs.Add(1) }
 
 func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int64) ([]bool, error) {
+	boxedKeys := make([]any, len(ks))
+	for i, k := range ks {
+		boxedKeys[i] = k
+	}
 	args := make([]any, 0, 2*len(ks))
 	for _, f := range fields {
 		args = append(args, f)
@@ -147,7 +165,7 @@ func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int
 	for _, t := range ttls {
 		args = append(args, t)
 	}
-	res, err := scriptRenew.Run(ctx, c.rdb, ks, args...).Int64Slice()
+	res, err := scriptRenew.run(ctx, c.rdb, boxedKeys, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +174,7 @@ func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int
 	}
 	out := make([]bool, len(res))
 	for i, v := range res {
-		out[i] = v == 1
+		out[i] = v == int64(1)
 	}
 	return out, nil
 }

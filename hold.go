@@ -15,7 +15,9 @@ type hold struct {
 	token uint64
 	start time.Time
 	done  chan struct{}
-	entry *renew.Entry // nil when nothing needs renewing
+	entry *renew.Entry // &renewal, or nil when nothing needs renewing
+
+	renewal renew.Entry
 
 	lk         sync.Mutex
 	ended      bool
@@ -46,25 +48,16 @@ func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration)
 			first = min(first, claim/2)
 		}
 		h.validUntil = sent.Add(ttl)
-		h.entry = &renew.Entry{
-			Key: m.ks.Lock, Field: m.field, TTL: c.cfg.watchdog,
-			Renewed: h.renewed,
-			Lost: func() {
-				h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
-			},
-		}
+		h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.field, TTL: c.cfg.watchdog, Holder: h}
+		h.entry = &h.renewal
 		c.renewer.Add(h.entry, first)
 		h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
 	default:
 		until := sent.Add(lease)
 		if claim > 0 && claim < lease {
 			// Restore the lease the caller asked for, before the claim ends.
-			h.entry = &renew.Entry{
-				Key: m.ks.Lock, Field: m.field, Until: until,
-				Lost: func() {
-					h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
-				},
-			}
+			h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.field, Until: until, Holder: h}
+			h.entry = &h.renewal
 			c.renewer.Add(h.entry, claim/2)
 		}
 		h.validUntil = until
@@ -76,7 +69,13 @@ func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration)
 	return h
 }
 
-func (h *hold) renewed(sent time.Time) {
+// Lost implements renew.Holder.
+func (h *hold) Lost() {
+	h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
+}
+
+// Renewed implements renew.Holder.
+func (h *hold) Renewed(sent time.Time) {
 	h.lk.Lock()
 	defer h.lk.Unlock()
 	if v := sent.Add(h.mu.c.cfg.watchdog); v.After(h.validUntil) {

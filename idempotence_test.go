@@ -44,11 +44,11 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	rdb.PExpire(ctx, "idem-release", time.Minute)
 	release := func(expected int, req string) []int64 {
 		t.Helper()
-		v, err := scriptRelease.Run(ctx, rdb, m.keyList, m.field, expected, req, 30000, 2000, 60000, "0").Int64Slice()
+		r, err := readSmall(scriptRelease.run(ctx, rdb, m.keyArgs, m.field, expected, req, 30000, 2000, 60000, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return v
+		return r.v[:r.n]
 	}
 	for range 2 {
 		if v := release(3, "req-1"); v[0] != 1 || v[1] != 2 {

@@ -34,8 +34,9 @@ type Mutex struct {
 	name    string
 	kind    Kind
 	ks      keys.Set
-	keyList []string
+	keyArgs []any // ks.Lock, ks.Fence, ks.Queue, ks.Latch, boxed once
 	field   string
+	fieldA  any // field, boxed once
 	nameErr error
 	gate    chan struct{} // serializes lock operations on the handle
 
@@ -51,8 +52,9 @@ func newMutex(c *Client, name string) *Mutex {
 		return m
 	}
 	m.ks = keys.For(name)
-	m.keyList = []string{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
+	m.keyArgs = []any{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
 	m.field = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+	m.fieldA = m.field
 	return m
 }
 
@@ -121,25 +123,34 @@ type attemptResult struct {
 }
 
 func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, entry string, registered bool) (attemptResult, error) {
-	flag := "0"
+	var flag any = "0"
 	if registered {
 		flag = "1"
 	}
-	cfg := &m.c.cfg
-	v, err := scriptAcquire.Run(ctx, m.c.rdb, m.keyList[:3],
-		m.field, ms(ttl), expected, entry, flag, ms(4*cfg.recheck), ms(cfg.fenceTTL)).Int64Slice()
+	a := &m.c.args
+	ttlA := a.watchdogMs
+	if ttl != m.c.cfg.watchdog {
+		ttlA = ms(ttl)
+	}
+	var entryA any = ""
+	if entry != "" {
+		entryA = entry
+	}
+	r, err := readSmall(scriptAcquire.run(ctx, m.c.rdb, m.keyArgs[:3],
+		m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs))
 	if err != nil {
 		return attemptResult{}, err
 	}
+	v := r.v
 	switch {
-	case len(v) == 3 && v[0] == 1:
+	case r.n == 3 && v[0] == 1:
 		return attemptResult{status: 1, count: int(v[1]), token: uint64(v[2])}, nil
-	case len(v) == 2 && v[0] == 0:
+	case r.n == 2 && v[0] == 0:
 		return attemptResult{status: 0, pttl: time.Duration(v[1]) * time.Millisecond}, nil
-	case len(v) == 1 && v[0] == -1:
+	case r.n == 1 && v[0] == -1:
 		return attemptResult{status: -1}, nil
 	}
-	return attemptResult{}, fmt.Errorf("dlock: unexpected acquire reply %v", v)
+	return attemptResult{}, fmt.Errorf("dlock: unexpected acquire reply %v", v[:r.n])
 }
 
 func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
@@ -322,9 +333,9 @@ func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
 	defer cancel()
-	cfg := &m.c.cfg
-	if err := scriptLeave.Run(ctx, m.c.rdb, m.keyList[:3], entry, m.field, ms(cfg.claim), ms(cfg.fenceTTL)).Err(); err != nil {
-		cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", m.name, "err", err)
+	a := &m.c.args
+	if err := scriptLeave.run(ctx, m.c.rdb, m.keyArgs[:3], entry, m.fieldA, a.claimMs, a.fenceTTLMs).Err(); err != nil {
+		m.c.cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", m.name, "err", err)
 	}
 }
 
@@ -374,9 +385,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if m.nameErr != nil {
 		return m.nameErr
 	}
-	if err := m.enter(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
+	// Unlock waits for the handle's other operations whatever ctx says: the
+	// release itself still honours ctx.
+	m.gate <- struct{}{}
 	defer m.exit()
 	return m.release(ctx, false)
 }
@@ -410,16 +421,17 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 	if final && h.entry != nil {
 		m.c.renewer.Remove(h.entry) // no renewal may race the release
 	}
-	cfg := &m.c.cfg
-	allFlag := "0"
+	var allFlag any = "0"
 	if all {
 		allFlag = "1"
 	}
-	v, err := scriptRelease.Run(ctx, m.c.rdb, m.keyList,
-		m.field, count, m.c.nextRequest(), ms(cfg.latchTTL), ms(cfg.claim), ms(cfg.fenceTTL), allFlag).Int64Slice()
-	if err == nil && len(v) == 0 {
-		err = fmt.Errorf("dlock: unexpected release reply %v", v)
+	a := &m.c.args
+	r, err := readSmall(scriptRelease.run(ctx, m.c.rdb, m.keyArgs,
+		m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, a.claimMs, a.fenceTTLMs, allFlag))
+	if err == nil && (r.n == 0 || r.v[0] == 1 && r.n != 2) {
+		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
 	}
+	v := r.v
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
@@ -468,8 +480,8 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx, 0); err != nil {
 		return false, err
 	}
-	cfg := &m.c.cfg
-	n, err := scriptForce.Run(ctx, m.c.rdb, m.keyList[:3], ms(cfg.claim), ms(cfg.fenceTTL)).Int64()
+	a := &m.c.args
+	n, err := scriptForce.run(ctx, m.c.rdb, m.keyArgs[:3], a.claimMs, a.fenceTTLMs).Int64()
 	return n == 1, err
 }
 

@@ -1,7 +1,11 @@
 package dlock
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,9 +26,74 @@ var (
 	//go:embed scripts/renew.lua
 	luaRenew string
 
-	scriptAcquire = redis.NewScript(luaLib + luaAcquire)
-	scriptRelease = redis.NewScript(luaLib + luaRelease)
-	scriptLeave   = redis.NewScript(luaLib + luaLeave)
-	scriptForce   = redis.NewScript(luaLib + luaForce)
-	scriptRenew   = redis.NewScript(luaRenew)
+	scriptAcquire = newScript(luaLib + luaAcquire)
+	scriptRelease = newScript(luaLib + luaRelease)
+	scriptLeave   = newScript(luaLib + luaLeave)
+	scriptForce   = newScript(luaLib + luaForce)
+	scriptRenew   = newScript(luaRenew)
 )
+
+// script runs a Lua script by its SHA1, loading it with EVAL when the server
+// does not know it (first use, restart, failover). Unlike redis.Script it
+// takes its arguments already boxed, so the hot path allocates only what
+// go-redis itself needs.
+type script struct {
+	src any // the source, boxed once
+	sha any // its SHA1 in hex, boxed once
+}
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// run sends EVALSHA with keys and args. keys and args are boxed by the caller
+// (constants and per-handle values are boxed once and reused).
+func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any, args ...any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
+	cmdArgs = append(cmdArgs, keys...)
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = rdb.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmdArgs[0], cmdArgs[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, cmdArgs...)
+		if len(keys) > 0 {
+			cmd.SetFirstKeyPos(3)
+		}
+		_ = rdb.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// smallReply is a script's reply of at most three integers, read without
+// allocating.
+type smallReply struct {
+	n int
+	v [3]int64
+}
+
+func readSmall(cmd *redis.Cmd) (smallReply, error) {
+	var r smallReply
+	v, err := cmd.Result()
+	if err != nil {
+		return r, err
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) > len(r.v) {
+		return r, fmt.Errorf("dlock: unexpected script reply %v", v)
+	}
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return r, fmt.Errorf("dlock: unexpected script reply %v", v)
+		}
+		r.v[i] = n
+	}
+	r.n = len(arr)
+	return r, nil
+}

@@ -2,7 +2,7 @@
 -- KEYS[4] the unlock latch dlock:latch:{name}
 -- ARGV[1] owner field
 -- ARGV[2] the hold count the caller believes it has
--- ARGV[3] request id of this call
+-- ARGV[3] request number of this call; the request id is ARGV[1]:ARGV[3]
 -- ARGV[4] latch ttl in ms
 -- ARGV[5] hand-off claim window in ms
 -- ARGV[6] fencing counter ttl in ms
@@ -16,7 +16,7 @@
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
 local expected = tonumber(ARGV[2])
 if not cnt then
-  if redis.call('get', KEYS[4]) == ARGV[3] then return {1, 0} end
+  if redis.call('get', KEYS[4]) == ARGV[1] .. ':' .. ARGV[3] then return {1, 0} end
   return {0}
 end
 cnt = tonumber(cnt)
@@ -24,6 +24,6 @@ if ARGV[7] ~= '1' and cnt > 1 then
   if cnt == expected - 1 then return {1, cnt} end
   return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)}
 end
-redis.call('set', KEYS[4], ARGV[3], 'PX', ARGV[4])
+redis.call('set', KEYS[4], ARGV[1] .. ':' .. ARGV[3], 'PX', ARGV[4])
 release_to_next(ARGV[5], ARGV[6])
 return {1, 0}

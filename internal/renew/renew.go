@@ -21,9 +21,20 @@ const MaxBatch = 500
 // ttls[i] milliseconds. It returns, per lock, whether the owner still held it.
 type Func func(ctx context.Context, keys, fields []string, ttls []int64) ([]bool, error)
 
-// Entry is one held lock under renewal. Its fields are set before Add and not
-// changed afterwards; the callbacks run on the Renewer's goroutine and must
-// not block or call back into the Renewer except through Remove.
+// Holder is told the outcome of its entry's renewals. Its methods run on the
+// Renewer's goroutine and must not block or call back into the Renewer except
+// through Remove.
+type Holder interface {
+	// Renewed is called with the time the successful call was sent: the
+	// lock is certainly held until sent plus the TTL.
+	Renewed(sent time.Time)
+	// Lost is called once when Redis answered that the owner no longer
+	// holds the lock; the entry is then removed.
+	Lost()
+}
+
+// Entry is one held lock under renewal. Its exported fields are set before
+// Add and not changed afterwards.
 type Entry struct {
 	Key, Field string
 	// TTL is the lock's TTL in watchdog mode. With Until set, the entry is a
@@ -31,12 +42,7 @@ type Entry struct {
 	// claim window; this restores the lease the caller asked for).
 	TTL   time.Duration
 	Until time.Time
-	// Renewed is called with the time the successful call was sent: the lock
-	// is certainly held until sent+TTL.
-	Renewed func(sent time.Time)
-	// Lost is called once when Redis answered that the owner no longer holds
-	// the lock; the entry is then removed.
-	Lost func()
+	Holder Holder
 
 	due      time.Time
 	removed  bool
@@ -263,13 +269,9 @@ func (r *Renewer) call(b []*Entry) {
 		r.Batched(len(b))
 	}
 	for _, e := range renewed {
-		if e.Renewed != nil {
-			e.Renewed(sent)
-		}
+		e.Holder.Renewed(sent)
 	}
 	for _, e := range lost {
-		if e.Lost != nil {
-			e.Lost()
-		}
+		e.Holder.Lost()
 	}
 }

@@ -1,0 +1,94 @@
+package notify
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func waitEvent(t *testing.T, w *Waiter) Event {
+	t.Helper()
+	select {
+	case <-w.C:
+		return w.Take()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+		return Event{}
+	}
+}
+
+func TestHub(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.NewClient(t)
+	ctx := context.Background()
+	h := New(rdb, "dlock:client:test", 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer h.Close()
+	if h.Ready() {
+		t.Fatal("ready before any Join")
+	}
+	w1, err := h.Join(ctx, "lockchan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, _ := h.Join(ctx, "lockchan")
+	if !h.Ready() {
+		t.Fatal("not ready after Join returned")
+	}
+	if n := rdb.PubSubNumSub(ctx, "lockchan").Val()["lockchan"]; n != 1 {
+		t.Fatalf("lockchan has %d subscribers, want 1 for two waiters", n)
+	}
+
+	// A hand-off reaches exactly its ticket.
+	rdb.Publish(ctx, "dlock:client:test", "2 12345678901234567")
+	if ev := waitEvent(t, w2); !ev.Granted || ev.Token != 12345678901234567 {
+		t.Fatalf("w2 event %+v", ev)
+	}
+	// "0" wakes one waiter, "1" all of them.
+	rdb.Publish(ctx, "lockchan", "0")
+	if ev := waitEvent(t, w1); !ev.Retry {
+		t.Fatalf("w1 event %+v", ev)
+	}
+	select {
+	case <-w2.C:
+		t.Fatal("a single release woke two waiters")
+	case <-time.After(100 * time.Millisecond):
+	}
+	rdb.Publish(ctx, "lockchan", "1")
+	waitEvent(t, w1)
+	waitEvent(t, w2)
+
+	h.Leave(w1)
+	h.Leave(w2)
+	h.Leave(w2) // idempotent
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.PubSubNumSub(ctx, "lockchan").Val()["lockchan"] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("lock channel still subscribed after the linger")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// After the connection is killed, the waiters are told to re-check once
+	// the subscription is back.
+	w3, _ := h.Join(ctx, "lockchan")
+	if _, err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitEvent(t, w3); !ev.Retry {
+		t.Fatalf("w3 event after reconnect %+v", ev)
+	}
+	h.Leave(w3)
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Join(ctx, "x"); err != ErrClosed {
+		t.Fatalf("Join after Close = %v", err)
+	}
+}

@@ -1,0 +1,150 @@
+package renew
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type holder struct {
+	mu      sync.Mutex
+	renewed []time.Time
+	lost    int
+}
+
+func (h *holder) Renewed(t time.Time) { h.mu.Lock(); h.renewed = append(h.renewed, t); h.mu.Unlock() }
+func (h *holder) Lost()               { h.mu.Lock(); h.lost++; h.mu.Unlock() }
+
+// fake records the batches it is asked to renew and answers from held.
+type fake struct {
+	mu      sync.Mutex
+	calls   [][]string
+	held    map[string]bool
+	failing bool
+}
+
+func (f *fake) run(_ context.Context, keys, _ []string, _ []int64) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, append([]string(nil), keys...))
+	if f.failing {
+		return nil, errors.New("connection refused")
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		out[i] = f.held[k]
+	}
+	return out, nil
+}
+
+// Locks added at different moments fall into one beat: after the first
+// period they are renewed together, one call per period.
+func TestBatchesCoalesce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{}}
+		r := New(time.Second, f.run, nil)
+		defer r.Stop()
+		hs := make([]*holder, 3)
+		for i := range hs {
+			hs[i] = &holder{}
+			key := string(rune('a' + i))
+			f.held[key] = true
+			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: hs[i]}, time.Second)
+			time.Sleep(200 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.calls) < 4 || len(f.calls) > 6 {
+			t.Fatalf("%d calls in 5.6s at a 1s period, want about 5", len(f.calls))
+		}
+		for i, c := range f.calls {
+			if len(c) != 3 {
+				t.Fatalf("call %d renewed %v, want all three locks together", i, c)
+			}
+		}
+	})
+}
+
+func TestBatchSizeAndLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{}}
+		r := New(time.Second, f.run, nil)
+		defer r.Stop()
+		n := 2*MaxBatch + 10
+		var gone *holder
+		for i := range n {
+			h := &holder{}
+			key := string(rune(0x4e00 + i))
+			f.held[key] = i != 0
+			if i == 0 {
+				gone = h
+			}
+			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: h}, time.Second)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		synctest.Wait()
+		f.mu.Lock()
+		if len(f.calls) != 3 || len(f.calls[0]) != MaxBatch {
+			t.Errorf("%d calls (first of %d) for %d locks, want 3 of at most %d", len(f.calls), len(f.calls[0]), n, MaxBatch)
+		}
+		f.mu.Unlock()
+		if gone.lost != 1 || r.Len() != n-1 {
+			t.Errorf("lost=%d entries=%d, want the not-held lock reported and dropped", gone.lost, r.Len())
+		}
+	})
+}
+
+// Errors are retried sooner than a period; nothing is declared lost by the
+// Renewer itself (the holder's own deadline does that).
+func TestErrorsAreRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{"k": true}, failing: true}
+		r := New(4*time.Second, f.run, nil)
+		defer r.Stop()
+		h := &holder{}
+		r.Add(&Entry{Key: "k", TTL: 12 * time.Second, Holder: h}, 4*time.Second)
+		time.Sleep(4*time.Second + 3500*time.Millisecond)
+		synctest.Wait()
+		f.mu.Lock()
+		calls := len(f.calls)
+		f.failing = false
+		f.mu.Unlock()
+		if calls < 3 {
+			t.Fatalf("%d calls in 3.5s of errors, want retries every second", calls)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if h.lost != 0 || len(h.renewed) != 1 {
+			t.Fatalf("lost=%d renewed=%d, want one renewal after recovery", h.lost, len(h.renewed))
+		}
+	})
+}
+
+// Remove stops renewal at once.
+func TestRemove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{"k": true}}
+		r := New(time.Second, f.run, nil)
+		defer r.Stop()
+		e := &Entry{Key: "k", TTL: 3 * time.Second, Holder: &holder{}}
+		r.Add(e, time.Second)
+		time.Sleep(1500 * time.Millisecond)
+		r.Remove(e)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.calls) != 1 {
+			t.Fatalf("%d calls, want 1 before Remove and none after", len(f.calls))
+		}
+	})
+}
