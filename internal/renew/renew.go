@@ -40,8 +40,8 @@ type Entry struct {
 	// TTL is the lock's TTL in watchdog mode. With Until set, the entry is a
 	// one-shot extension of a fixed lease (a hand-off arrives with a short
 	// claim window; this restores the lease the caller asked for).
-	TTL   time.Duration
-	Until time.Time
+	TTL    time.Duration
+	Until  time.Time
 	Holder Holder
 
 	due      time.Time
