@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -195,6 +196,9 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		deadline = start.Add(wait)
 	}
 	canWait := forever || wait > 0
+	if m.c.cfg.spinMin > 0 {
+		return m.spin(ctx, ttl, lease, deadline, canWait, &timedOut)
+	}
 
 	// When this client already listens for hand-offs, the first attempt also
 	// queues the caller if the lock is taken: no second round trip.
@@ -303,6 +307,51 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			}
 		}
 		timer.Reset(m.sleep(res.pttl, deadline))
+	}
+}
+
+// spin is acquire in spin mode: attempts separated by a jittered exponential
+// backoff, with no subscription and no queue.
+func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline time.Time, canWait bool, timedOut *bool) (bool, error) {
+	backoff := m.c.cfg.spinMin
+	var timer *time.Timer
+	for {
+		sent := time.Now()
+		res, err := m.attempt(ctx, ttl, 0, "", false)
+		if err != nil {
+			return false, err
+		}
+		if res.status == 1 {
+			m.granted(res.token, sent, lease, 0)
+			return true, nil
+		}
+		if !canWait {
+			return false, nil
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		if res.pttl > 0 {
+			d = min(d, res.pttl)
+		}
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				*timedOut = true
+				return false, nil
+			}
+			d = min(d, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+		backoff = min(backoff*2, m.c.cfg.spinMax)
 	}
 }
 

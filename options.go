@@ -20,6 +20,8 @@ type config struct {
 	fenceTTL    time.Duration
 	latchTTL    time.Duration
 	closeBudget time.Duration
+	spinMin     time.Duration // > 0: spin mode
+	spinMax     time.Duration
 }
 
 func defaultConfig() config {
@@ -115,6 +117,23 @@ func WithCloseTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: close timeout must be positive", ErrInvalidArgument)
 		}
 		c.closeBudget = d
+		return nil
+	}
+}
+
+// WithSpin makes the Client's locks wait by polling instead of pub/sub: after
+// a failed attempt a waiter sleeps a random time between half and all of a
+// backoff that starts at min and doubles up to max (never past the holder's
+// TTL or the end of the wait), then tries again. Use it where pub/sub is not
+// available (some proxies and managed offerings) or not wanted; it costs a
+// script call per waiter per backoff, where pub/sub mode costs about one per
+// grant. Typical values: 1ms and 128ms. The semantics are otherwise the same.
+func WithSpin(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min < time.Microsecond*100 || max < min {
+			return fmt.Errorf("%w: spin backoff needs 100µs <= min <= max, got %v and %v", ErrInvalidArgument, min, max)
+		}
+		c.spinMin, c.spinMax = min, max
 		return nil
 	}
 }
