@@ -1,0 +1,80 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+// Through Sentinel: a grant that reached the replica survives a failover, the
+// holder keeps renewing on the new primary, waiters reconnect their pub/sub
+// and get the lock when it is released there.
+func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
+	primary := testenvRedis(t)
+	replica := testenv.StartReplica(t, primary)
+	sentinel := testenv.StartSentinel(t, primary)
+	ctx := ctxT(t)
+
+	holderC, err := New(sentinel.NewFailoverClient(t), WithWatchdogTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderC.Close()
+	waiterC, err := New(sentinel.NewFailoverClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterC.Close()
+
+	h := holderC.Mutex("failover")
+	mustLock(t, h)
+	token := h.Token()
+	if _, err := primary.Do(ctx, "WAIT", 1, 2000); err != nil {
+		t.Fatal(err)
+	}
+	w := waiterC.Mutex("failover")
+	got := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { got <- w.Lock(wctx) }()
+	waitFor(t, "waiter queued", func() bool {
+		n, _ := replica.Do(ctx, "LLEN", w.ks.Queue)
+		return n == int64(1)
+	})
+
+	newPrimary, err := sentinel.Failover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newPrimary != replica.Addr() {
+		t.Fatalf("sentinel promoted %s, want the replica %s", newPrimary, replica.Addr())
+	}
+	// Two watchdog timeouts on the new primary: the hold must still be there.
+	time.Sleep(6 * time.Second)
+	if err := h.Err(); err != nil {
+		t.Fatalf("replicated hold lost across the failover: %v", err)
+	}
+	if v, err := replica.Do(ctx, "HGET", "failover", h.Owner()); err != nil || v != "1" {
+		t.Fatalf("new primary has the hold as %v, %v", v, err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("waiter returned while the lock was held: %v", err)
+	default:
+	}
+	mustUnlock(t, h)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not get the lock on the new primary")
+	}
+	if w.Token() <= token {
+		t.Fatalf("token after failover %d not above %d", w.Token(), token)
+	}
+	mustUnlock(t, w)
+}
