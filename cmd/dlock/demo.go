@@ -80,6 +80,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
   dlock demo --redis redis://127.0.0.1:6379 --metrics-addr :9464`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Servers < 1 || cfg.Workers < 1 || cfg.Think < 0 {
+				return usagef("--servers and --workers must be at least 1, --think not negative")
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}

@@ -64,6 +64,8 @@ type app struct {
 // returns the process exit code. It is the whole program; main only calls it.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv}
+	// go-redis logs dial failures itself; dlock reports them in one line.
+	redis.SetLogger(redisLogger{a})
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -104,7 +106,17 @@ func (u usageError) Unwrap() error { return u.error }
 
 func isUsage(err error) bool {
 	var u usageError
-	return errors.As(err, &u)
+	// cobra's own "unknown command" errors are not typed.
+	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command")
+}
+
+// redisLogger passes go-redis's own log lines to stderr with --verbose only.
+type redisLogger struct{ a *app }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l.a.verbose {
+		fmt.Fprintf(l.a.stderr, "go-redis: "+format+"\n", v...)
+	}
 }
 
 func usagef(format string, args ...any) error {
@@ -194,18 +206,24 @@ func (a *app) connect(ctx context.Context) (*redis.Client, *redis.Options, error
 	if err != nil {
 		return nil, nil, err
 	}
-	rdb := redis.NewClient(opts)
-	if err := ping(ctx, rdb); err != nil {
-		_ = rdb.Close()
+	if err := ping(ctx, opts); err != nil {
 		return nil, nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", opts.Addr, err)
 	}
-	return rdb, opts, nil
+	return redis.NewClient(opts), opts, nil
 }
 
-func ping(ctx context.Context, rdb redis.UniversalClient) error {
+// ping checks that Redis answers, on a connection of its own that does not
+// retry: the commands' own clients keep go-redis's retries.
+func ping(ctx context.Context, opts *redis.Options) error {
+	o := *opts
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	o.PoolSize = 1
+	probe := redis.NewClient(&o)
+	defer probe.Close()
 	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err := rdb.Ping(ctx).Err()
+	err := probe.Ping(ctx).Err()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer to PING within %v", pingTimeout)
 	}

@@ -75,7 +75,14 @@ Exit codes:
 			if f.wait < 0 || f.lease < 0 || f.grace < 0 {
 				return usagef("--wait, --lease and --grace must not be negative")
 			}
-			return a.run(cmd.Context(), f, args[0], args[1:])
+			argv := args[1:]
+			if argv[0] == "--" { // flags stop at NAME, so a "--" after it is kept
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usagef("run needs a CMD after --")
+			}
+			return a.run(cmd.Context(), f, args[0], argv)
 		},
 	}
 	// Flags stop at NAME: everything after it belongs to CMD, "--" or not.
