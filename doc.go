@@ -19,6 +19,18 @@
 // and Unlock with Redisson's meaning of wait and lease, plus Done and Err to
 // learn that a hold was lost, and Token for its fencing token.
 //
+// # The lock family
+//
+// Every lock implements Locker (TryLock, Lock, Unlock):
+//
+//   - Mutex: reentrant exclusive lock (Redisson's RLock).
+//   - FairMutex: the same, granted in arrival order across processes (RFairLock).
+//   - RWMutex: many readers or one writer (RReadWriteLock); RLocker is its read side.
+//   - MultiLock: several locks taken all-or-nothing in sorted name order (RMultiLock).
+//
+// WithSpin switches a Client's waiting from pub/sub to polling (RSpinLock).
+// Each type's documentation gives its Redis layout and guarantees.
+//
 // # How it works
 //
 // A lock is a Redis hash named after the lock, with one field per owner

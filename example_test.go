@@ -88,3 +88,22 @@ func ExampleClient_WithLock() {
 	}
 	// Output: issuing one coupon
 }
+
+func ExampleFairMutex() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Waiters in every process are served in the order they queued.
+	m := locks.FairMutex("example:settlement")
+	if err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held, token > 0:", m.Token() > 0)
+	if err := m.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: held, token > 0: true
+}

@@ -40,6 +40,8 @@ type Mutex struct {
 	fieldA  any // field, boxed once
 	nameErr error
 	gate    chan struct{} // serializes lock operations on the handle
+	fair    bool          // FairMutex: a free lock goes to the queue's head
+	fairA   any           // "1" when fair, boxed once
 
 	mu    sync.Mutex
 	count int
@@ -47,16 +49,27 @@ type Mutex struct {
 }
 
 func newMutex(c *Client, name string) *Mutex {
-	m := &Mutex{c: c, name: name, kind: KindMutex, gate: make(chan struct{}, 1)}
+	m := &Mutex{}
+	m.init(c, name, KindMutex)
+	return m
+}
+
+// init sets up a handle in place (FairMutex embeds a Mutex).
+func (m *Mutex) init(c *Client, name string, kind Kind) {
+	m.c, m.name, m.kind, m.gate = c, name, kind, make(chan struct{}, 1)
+	m.fair = kind == KindFair
+	m.fairA = "0"
+	if m.fair {
+		m.fairA = "1"
+	}
 	if err := keys.Validate(name); err != nil {
 		m.nameErr = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-		return m
+		return
 	}
 	m.ks = keys.For(name)
 	m.keyArgs = []any{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
 	m.field = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
 	m.fieldA = m.field
-	return m
 }
 
 // Name returns the lock's name.
@@ -138,7 +151,7 @@ func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, en
 		entryA = entry
 	}
 	r, err := readSmall(scriptAcquire.run(ctx, m.c.rdb, m.keyArgs[:3],
-		m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs))
+		m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs, m.fairA, a.claimMs))
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -311,20 +324,33 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 }
 
 // spin is acquire in spin mode: attempts separated by a jittered exponential
-// backoff, with no subscription and no queue.
+// backoff, with no subscription. A Mutex spins without queueing; a FairMutex
+// queues an entry with ticket 0 (nobody listens for its hand-off message) and
+// finds a hand-off by polling, so arrival order still holds.
 func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline time.Time, canWait bool, timedOut *bool) (bool, error) {
 	backoff := m.c.cfg.spinMin
 	var timer *time.Timer
+	var entry string
+	if m.fair && canWait {
+		entry = "0 " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
+	}
+	registered := false
 	for {
 		sent := time.Now()
-		res, err := m.attempt(ctx, ttl, 0, "", false)
+		res, err := m.attempt(ctx, ttl, 0, entry, registered)
 		if err != nil {
+			m.leaveQueue(ctx, entry)
 			return false, err
 		}
 		if res.status == 1 {
-			m.granted(res.token, sent, lease, 0)
+			var claim time.Duration
+			if registered {
+				claim = m.c.cfg.claim // may be a hand-off, valid for the claim window
+			}
+			m.granted(res.token, sent, lease, claim)
 			return true, nil
 		}
+		registered = entry != ""
 		if !canWait {
 			return false, nil
 		}
@@ -335,6 +361,7 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
+				m.leaveQueue(ctx, entry)
 				*timedOut = true
 				return false, nil
 			}
@@ -349,6 +376,7 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
+			m.leaveQueue(ctx, entry)
 			return false, context.Cause(ctx)
 		}
 		backoff = min(backoff*2, m.c.cfg.spinMax)

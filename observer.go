@@ -5,12 +5,16 @@ import (
 	"time"
 )
 
-// Kind names a lock type in observations: "mutex", and later others.
+// Kind names a lock type in observations.
 type Kind string
 
 // Lock kinds reported to an Observer.
 const (
 	KindMutex Kind = "mutex"
+	KindFair  Kind = "fair"  // FairMutex
+	KindRead  Kind = "read"  // RWMutex, read side
+	KindWrite Kind = "write" // RWMutex, write side
+	KindMulti Kind = "multi" // MultiLock, as a whole (members report their own)
 )
 
 // Acquisition describes one attempt to take a lock, reported when it ends.

@@ -6,6 +6,8 @@
 -- ARGV[5] '1' when this entry was registered by an earlier call
 -- ARGV[6] queue ttl in ms
 -- ARGV[7] fencing counter ttl in ms
+-- ARGV[8] '1' for a fair lock: a free lock goes to the head of the queue
+-- ARGV[9] hand-off claim window in ms (fair only)
 -- Returns {1, count, token} when held (token 0 on re-entry: the caller has it),
 -- {0, pttl} when another owner holds it, {-1} when the caller's hold is gone.
 --
@@ -33,14 +35,8 @@ end
 if expected > 0 then
   return {-1}
 end
-local ttl = redis.call('pttl', KEYS[1])
-if ttl == -2 then
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
-  return {1, 1, issue_token(ARGV[7])}
-end
-if ARGV[4] ~= '' then
+local function enqueue()
+  if ARGV[4] == '' then return end
   if ARGV[5] == '1' then
     if not redis.call('lpos', KEYS[3], ARGV[4]) then redis.call('rpush', KEYS[3], ARGV[4]) end
     redis.call('pexpire', KEYS[3], ARGV[6])
@@ -48,4 +44,21 @@ if ARGV[4] ~= '' then
     redis.call('pexpire', KEYS[3], ARGV[6])
   end
 end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl == -2 and ARGV[8] == '1' then
+  -- Fair: a free lock with waiters queued goes to the head of the queue (it
+  -- is free only because its holder expired or a hand-off was not claimed).
+  -- If that is not the caller, the caller queues behind.
+  if hand_off(ARGV[9], ARGV[7], ARGV[4]) == 1 then
+    enqueue()
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+end
+if ttl == -2 then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
+  return {1, 1, issue_token(ARGV[7])}
+end
+enqueue()
 return {0, ttl}

@@ -33,13 +33,17 @@ local function next_token(fence_ttl)
   return tok
 end
 
--- release_to_next frees the lock: it hands it straight to the first waiter in
--- the queue when there is one (the lock never becomes free, so nobody else
--- retries), or deletes it and publishes Redisson's unlock message '0'.
-local function release_to_next(claim_ms, fence_ttl)
+-- hand_off passes the lock straight to the first valid waiter in the queue:
+-- the hash is rewritten to its field with the claim window as TTL, a new
+-- token is issued and the waiter's process is told on its client channel.
+-- When the first entry is self (the caller's own entry), it is popped and
+-- left to the caller. Returns 1 when handed to another waiter, 2 when self was
+-- at the head, 0 when the queue held nobody.
+local function hand_off(claim_ms, fence_ttl, self)
   while true do
     local e = redis.call('lpop', KEYS[3])
-    if not e then break end
+    if not e then return 0 end
+    if e == self then return 2 end
     local ticket, ttl, field = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = field and string.match(field, '^(.*):')
     if cid then
@@ -52,9 +56,17 @@ local function release_to_next(claim_ms, fence_ttl)
       local tok = next_token(fence_ttl)
       -- %d, not tostring: Lua would print a large token as 1.7e+15.
       redis.call('publish', 'dlock:client:' .. cid, ticket .. ' ' .. string.format('%d', tok))
-      return
+      return 1
     end
   end
-  redis.call('del', KEYS[1])
-  redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', '0')
+end
+
+-- release_to_next frees the lock: it hands it straight to the first waiter in
+-- the queue when there is one (the lock never becomes free, so nobody else
+-- retries), or deletes it and publishes Redisson's unlock message '0'.
+local function release_to_next(claim_ms, fence_ttl)
+  if hand_off(claim_ms, fence_ttl, nil) == 0 then
+    redis.call('del', KEYS[1])
+    redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', '0')
+  end
 end

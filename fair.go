@@ -1,0 +1,53 @@
+package dlock
+
+// FairMutex is a reentrant distributed lock granted in arrival order across
+// processes, Redisson's RFairLock. It has every method of Mutex (Lock,
+// TryLock, Unlock, Token, Done, Err, HoldCount, ForceUnlock, IsLocked,
+// RemainingTTL, Name, Owner) with the same meaning; only the order of grants
+// differs.
+//
+// # Order
+//
+// A waiter joins the queue dlock:queue:{name} with one script call when it
+// finds the lock taken. A release hands the lock straight to the head of the
+// queue and tells only that waiter's process (on its client channel
+// dlock:client:<client id>, one message, no broadcast). A free lock is granted
+// to a caller only when the queue is empty: a newcomer never barges past a
+// queued waiter, and a queued waiter that re-checks a lock that became free
+// (its holder expired) hands it to the head instead of taking it.
+//
+// A waiter that gives up (ctx cancelled, wait over) leaves the queue at once.
+// A waiter whose process crashed while queued is skipped after at most the
+// hand-off claim window (WithHandoffClaim, 2s by default): the lock handed to
+// it expires after the claim window, and the next re-check by any live waiter
+// (at least every 3s) hands it to the following entry. So each dead entry
+// delays the queue by at most claim + re-check, never by a lease. A queue left
+// by crashed processes only expires as a whole, 12s after the last waiter
+// touched it.
+//
+// Order is by arrival at Redis, among live waiters; a waiter whose Client
+// lost its pub/sub connection keeps its place and re-checks when it is back.
+// In spin mode (WithSpin) a FairMutex still queues and polls for its turn.
+//
+// # Redis layout, and where it differs from Redisson's
+//
+// The lock hash, fencing counter and latch are the Mutex's (see Mutex).
+// Redisson's RFairLock keeps its queue in redisson_lock_queue:{name} (a list
+// of thread ids) and the waiters' deadlines in redisson_lock_timeout:{name}
+// (a sorted set scored by the client's clock, 5s per waiter, later 5min —
+// a known source of hangs). dlock uses one list, dlock:queue:{name}, of
+// "<ticket> <ttl ms> <client id>:<owner id>" entries, and no deadlines at all:
+// a dead entry is bounded by the claim window of the hand-off it receives,
+// measured by Redis' own key expiry, so no client clock is involved. A
+// Redisson RFairLock and a dlock FairMutex on one name do not share a queue.
+type FairMutex struct {
+	Mutex
+}
+
+// FairMutex returns a handle on the fair lock name. As with Mutex, each call
+// returns a new owner; an invalid name is reported by the first method call.
+func (c *Client) FairMutex(name string) *FairMutex {
+	f := &FairMutex{}
+	f.init(c, name, KindFair)
+	return f
+}
