@@ -1,0 +1,338 @@
+package dlockprom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlockprom"
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+var shared *testenv.Redis
+
+func TestMain(m *testing.M) {
+	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlockprom tests need redis-server:", err)
+		os.Exit(1)
+	}
+	shared = r
+	code := m.Run()
+	_ = r.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func newClient(t *testing.T, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(shared.NewClient(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func lint(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// value returns the value of the counter or gauge name (its only series).
+func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		if len(mf.GetMetric()) != 1 {
+			t.Fatalf("%s has %d series", name, len(mf.GetMetric()))
+		}
+		mt := mf.GetMetric()[0]
+		if g := mt.GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return mt.GetCounter().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// eventually waits a little for name to reach want: a loss is reported to
+// observers just after the holder's Done channel is closed.
+func eventually(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := value(t, reg, name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", name, got, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSequence drives a known sequence of lock calls and checks every metric.
+func TestSequence(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	c1 := newClient(t, dlock.WithObserver(m), dlock.WithWatchdogTimeout(150*time.Millisecond))
+	c2 := newClient(t, dlock.WithObserver(m))
+
+	// 1. A grant and a re-entry (not counted), held ~20ms.
+	a := c1.Mutex("prom-a")
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// 2. Another owner: one attempt with no wait, one with a 50ms wait.
+	b := c2.Mutex("prom-a")
+	if ok, err := b.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := b.TryLock(ctx, 50*time.Millisecond, 0); ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// 3. A cancelled context: an error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.TryLock(cctx, time.Second, 0); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	held := func(want float64) {
+		t.Helper()
+		eventually(t, reg, "dlock_held", want)
+	}
+	held(1)
+	// Let the watchdog (every 50ms) renew a few times.
+	time.Sleep(200 * time.Millisecond)
+	if err := a.Unlock(ctx); err != nil { // count 2 -> 1: not final
+		t.Fatal(err)
+	}
+	held(1)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held(0)
+
+	// 4. A hold lost to a forced unlock, then Unlock reports the loss.
+	l := c1.Mutex("prom-lost")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held(1)
+	if ok, err := c2.Mutex("prom-lost").ForceUnlock(ctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("loss not noticed")
+	}
+	held(0)
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock after loss: %v", err)
+	}
+	held(0)
+
+	want := `
+# HELP dlock_acquire_attempts_total Lock acquisitions that ended, by lock kind (re-entries excluded).
+# TYPE dlock_acquire_attempts_total counter
+dlock_acquire_attempts_total{kind="mutex"} 5
+# HELP dlock_acquire_errors_total Lock acquisitions that failed with an error (Redis, cancelled context, closed client), by lock kind.
+# TYPE dlock_acquire_errors_total counter
+dlock_acquire_errors_total{kind="mutex"} 1
+# HELP dlock_acquired_total Lock acquisitions that were granted, by lock kind.
+# TYPE dlock_acquired_total counter
+dlock_acquired_total{kind="mutex"} 2
+# HELP dlock_held Locks currently held through the observed clients, by lock kind.
+# TYPE dlock_held gauge
+dlock_held{kind="mutex"} 0
+# HELP dlock_lost_total Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired.
+# TYPE dlock_lost_total counter
+dlock_lost_total{kind="mutex"} 1
+# HELP dlock_wait_timeouts_total Lock acquisitions whose wait time ran out, by lock kind.
+# TYPE dlock_wait_timeouts_total counter
+dlock_wait_timeouts_total{kind="mutex"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"dlock_acquire_attempts_total", "dlock_acquire_errors_total", "dlock_acquired_total",
+		"dlock_held", "dlock_lost_total", "dlock_wait_timeouts_total"); err != nil {
+		t.Fatal(err)
+	}
+	// Histograms: 5 waits observed, 2 holds (the lost one's Unlock reports
+	// its duration too), the 50ms wait in a bucket above 50ms.
+	if n := testutil.CollectAndCount(reg, "dlock_wait_duration_seconds"); n != 1 {
+		t.Fatalf("wait histogram series: %d", n)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "dlock_wait_duration_seconds":
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 5 || h.GetSampleSum() < 0.05 {
+				t.Fatalf("wait histogram: count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
+			}
+		case "dlock_hold_duration_seconds":
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.2 {
+				t.Fatalf("hold histogram: count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
+			}
+		case "dlock_renewals_total":
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < 2 {
+				t.Fatalf("renewals %v, want at least 2 in 200ms at a 50ms period", v)
+			}
+		case "dlock_renewal_failures_total":
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 0 {
+				t.Fatalf("renewal failures %v", v)
+			}
+		}
+	}
+	lint(t, reg)
+}
+
+func TestRenewalFailures(t *testing.T) {
+	r := testenv.StartRedis(t)
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(r.NewClient(t), dlock.WithObserver(m), dlock.WithWatchdogTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mu := c.Mutex("prom-renew")
+	if err := mu.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-mu.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("loss not noticed with Redis down")
+	}
+	fails := value(t, reg, "dlock_renewal_failures_total")
+	if fails < 1 {
+		t.Fatalf("renewal failures %v", fails)
+	}
+	eventually(t, reg, "dlock_held", 0)
+}
+
+func TestRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := dlockprom.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	// A second set on the same registry collides, and registers nothing.
+	if _, err := dlockprom.New(reg); err == nil {
+		t.Fatal("second New on one registry succeeded")
+	}
+	// Namespaced and labelled sets coexist.
+	m2, err := dlockprom.New(reg, dlockprom.WithNamespace("shop"), dlockprom.WithConstLabels(prometheus.Labels{"redis": "main"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Renewed(3, nil)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP shop_dlock_renewals_total Locks carried by watchdog renewal calls.
+# TYPE shop_dlock_renewals_total counter
+shop_dlock_renewals_total{redis="main"} 3
+`), "shop_dlock_renewals_total"); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing went to the global registry.
+	mfs, _ := prometheus.DefaultGatherer.Gather()
+	for _, mf := range mfs {
+		if strings.Contains(mf.GetName(), "dlock") {
+			t.Fatalf("%s registered globally", mf.GetName())
+		}
+	}
+	for _, bad := range []dlockprom.Option{
+		dlockprom.WithNamespace("1x"), dlockprom.WithNamespace(""),
+		dlockprom.WithConstLabels(prometheus.Labels{"kind": "x"}),
+		dlockprom.WithWaitBuckets(), dlockprom.WithHoldBuckets(2, 1), nil,
+	} {
+		if _, err := dlockprom.New(prometheus.NewRegistry(), bad); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("bad option: %v", err)
+		}
+	}
+	if _, err := dlockprom.New(nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("nil registerer: %v", err)
+	}
+	lint(t, reg)
+}
+
+// No lock name ever becomes a label.
+func TestNoNameLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, dlock.WithObserver(m))
+	for i := range 20 {
+		if err := c.WithLock(ctxT(t), fmt.Sprintf("prom-name-%d", i), func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) > 1 {
+			t.Fatalf("%s has %d series", mf.GetName(), len(mf.GetMetric()))
+		}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			if strings.Contains(l.GetValue(), "prom-name") {
+				t.Fatalf("%s carries a lock name", mf.GetName())
+			}
+		}
+	}
+}
