@@ -47,7 +47,7 @@ func (a *app) demoCommand() *cobra.Command {
 		metricsAddr string
 	)
 	cmd := &cobra.Command{
-		Use:   "demo [--redis URL] [--servers N] [--workers N] [--stock N] [--requests N] [--no-lock] [--json] [--metrics-addr ADDR]",
+		Use:   "demo [--redis URL] [--servers N] [--workers N] [--stock N] [--requests N] [--no-lock | --fair] [--json] [--metrics-addr ADDR]",
 		Short: "Run the first-come coupon race, with and without the lock",
 		Long: `demo is the seeds' first-come coupon issuance. --servers simulated app servers,
 each with its own Redis connection pool and its own dlock Client, race
@@ -55,7 +55,8 @@ each with its own Redis connection pool and its own dlock Client, race
 Issuing is a read-check-write: GET the stock, check it (a millisecond), SET
 it one lower and RPUSH the coupon. With the lock (coupon:issue:<event>, taken
 with WithLock) exactly --stock coupons are issued; with --no-lock the reads
-race and the event oversells.
+race and the event oversells. With --fair the lock is a fair lock (FairMutex):
+requests are served strictly in the order they reached Redis.
 
 Without --redis (and without $DLOCK_REDIS_URL) the demo runs on an embedded
 Redis (miniredis) inside this process, with its clock following real time:
@@ -75,6 +76,7 @@ any other client's traffic meanwhile).
 A progress bar is drawn on stderr when it is a terminal.`,
 		Example: `  dlock demo                    # with the lock: never oversells
   dlock demo --no-lock          # without: watch it oversell
+  dlock demo --fair             # first come, first served, across servers
   dlock demo --servers 5 --workers 20 --stock 1000 --requests 5000
   dlock demo --json | jq .oversold
   dlock demo --redis redis://127.0.0.1:6379 --metrics-addr :9464`,
@@ -135,6 +137,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	fl.IntVar(&cfg.Stock, "stock", demo.DefaultStock, "coupons to issue")
 	fl.IntVar(&cfg.Requests, "requests", demo.DefaultRequests, "issue requests in total")
 	fl.BoolVar(&cfg.NoLock, "no-lock", false, "issue without the lock, to see the oversell")
+	fl.BoolVar(&cfg.Fair, "fair", false, "use a fair lock: requests are served in arrival order across servers")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
 	fl.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on ADDR/metrics while running, e.g. :9464")
 	fl.DurationVar(&cfg.Think, "think", demo.DefaultThink, "pause between reading and writing the stock")
@@ -143,8 +146,11 @@ A progress bar is drawn on stderr when it is a terminal.`,
 
 func printDemo(w io.Writer, backend string, cfg demo.Config, r demo.Result) {
 	mode := "with the lock"
-	if cfg.NoLock {
+	switch {
+	case cfg.NoLock:
 		mode = "WITHOUT the lock (--no-lock)"
+	case cfg.Fair:
+		mode = "with the fair lock (--fair)"
 	}
 	fmt.Fprintf(w, "dlock demo: first-come coupon issuance on %s\n", backend)
 	fmt.Fprintf(w, "%d servers x %d workers, %d requests for %d coupons, %s\n\n", cfg.Servers, cfg.Workers, r.Requests, r.Stock, mode)

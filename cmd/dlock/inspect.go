@@ -36,13 +36,12 @@ type holder struct {
 	Count int64  `json:"count"` // reentrant hold count
 }
 
-// waiter is a process queued for the lock. Queue says which queue: "handoff"
-// for the reentrant Mutex's hand-off queue; the fair lock's FIFO queue will
-// report "fair".
+// waiter is an owner queued for the lock in dlock:queue:{name}: waiters of a
+// Mutex queued for a direct hand-off, and the arrival-order queue of a
+// FairMutex (the two share the layout).
 type waiter struct {
 	Position int    `json:"position"` // 1 is next
 	Owner    string `json:"owner"`
-	Queue    string `json:"queue"`
 	TTLms    int64  `json:"ttl_ms,omitempty"` // the TTL the waiter asked for
 }
 
@@ -53,12 +52,13 @@ func (a *app) inspectCommand() *cobra.Command {
 		Short: "Show who holds and who waits for locks",
 		Long: `inspect reads each lock from Redis and shows whether it is locked, its holders
 (owner "<client id>:<owner id>" and reentrant hold count), the lock's remaining
-TTL, the last fencing token issued for the name, and the processes queued for
-a direct hand-off, first in line first. It changes nothing.
+TTL, the last fencing token issued for the name, and the owners queued for
+it, first in line first: waiters of a plain lock queued for a direct hand-off,
+or the arrival-order queue of a fair lock (run --fair). It changes nothing.
 
 With --json it prints one JSON array with an object per NAME:
   {"name", "locked", "holders": [{"owner", "count"}], "ttl_ms", "token",
-   "waiters": [{"position", "owner", "queue", "ttl_ms"}]}`,
+   "waiters": [{"position", "owner", "ttl_ms"}]}`,
 		Example: `  dlock inspect coupon:issue:42
   dlock inspect --json nightly-report migrate | jq '.[] | select(.locked)'`,
 		Args: wrapArgs(cobra.MinimumNArgs(1)),
@@ -110,7 +110,6 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 		pttl = p.PTTL(ctx, ks.Lock)
 		fence = p.Get(ctx, ks.Fence)
 		queue = p.LRange(ctx, ks.Queue, 0, -1)
-		// The fair lock's queue will be read here too once FairMutex exists.
 		return nil
 	})
 	st := lockState{Name: name, Holders: []holder{}, Waiters: []waiter{}}
@@ -139,7 +138,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 	for i, e := range queue.Val() {
 		// "<ticket> <ttl_ms> <owner field>"
 		parts := strings.SplitN(e, " ", 3)
-		w := waiter{Position: i + 1, Queue: "handoff", Owner: e}
+		w := waiter{Position: i + 1, Owner: e}
 		if len(parts) == 3 {
 			w.Owner = parts[2]
 			w.TTLms, _ = strconv.ParseInt(parts[1], 10, 64)
@@ -166,6 +165,6 @@ func printState(w io.Writer, st lockState) {
 		fmt.Fprintf(w, "  holder  %s  count %d\n", h.Owner, h.Count)
 	}
 	for _, q := range st.Waiters {
-		fmt.Fprintf(w, "  waiter  #%d  %s  (%s queue)\n", q.Position, q.Owner, q.Queue)
+		fmt.Fprintf(w, "  waiter  #%d  %s\n", q.Position, q.Owner)
 	}
 }

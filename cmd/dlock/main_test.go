@@ -362,11 +362,50 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 	}
 }
 
+func TestRunFair(t *testing.T) {
+	u := redisURL(shared)
+	wantCode(t, dlockRun(t, nil, "--redis", u, "run", "--fair", "t-fair", "--", "sh", "-c", "exit 5"), 5)
+
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	holder := c.FairMutex("t-fair")
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, nil, "--redis", u, "run", "--fair", "--wait", "100ms", "t-fair", "--", "true")
+	wantCode(t, r, exitNotAcquired)
+
+	// Two queued runs are served in arrival order.
+	out := t.TempDir() + "/order"
+	rdb := shared.NewClient(t)
+	queued := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for rdb.LLen(ctx, keys.For("t-fair").Queue).Val() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue never reached %d", n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	first := dlockStart(t, "--redis", u, "run", "--fair", "--wait", "20s", "t-fair", "--", "sh", "-c", "echo first >> "+out)
+	queued(1)
+	second := dlockStart(t, "--redis", u, "run", "--fair", "--wait", "20s", "t-fair", "--", "sh", "-c", "echo second >> "+out)
+	queued(2)
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c1, c2 := first.wait(t, 15*time.Second), second.wait(t, 15*time.Second); c1 != 0 || c2 != 0 {
+		t.Fatalf("exit codes %d %d; stderr %s %s", c1, c2, first.stderr, second.stderr)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || string(got) != "first\nsecond\n" {
+		t.Fatalf("order %q %v", got, err)
+	}
+}
+
 func TestRunUsage(t *testing.T) {
 	u := redisURL(shared)
-	r := dlockRun(t, nil, "--redis", u, "run", "--fair", "t-fair", "--", "true")
-	wantCode(t, r, exitUsage)
-	oneLineErr(t, r, "--fair is not yet supported")
 	for _, args := range [][]string{
 		{"run", "t-usage"},
 		{"run", "t-usage", "--"},
@@ -379,6 +418,7 @@ func TestRunUsage(t *testing.T) {
 		{"frobnicate"},
 		{"demo", "--servers", "0"},
 		{"demo", "--requests", "-1"},
+		{"demo", "--fair", "--no-lock"},
 		{"bench", "-w", "0"},
 		{"--no-such-flag"},
 	} {
@@ -596,6 +636,8 @@ func TestDemoEmbedded(t *testing.T) {
 	t.Logf("embedded, locked: %+v", d)
 	d = checkDemo(t, dlockRun(t, nil, "demo", "--json", "--no-lock"), true)
 	t.Logf("embedded, no lock: %+v", d)
+	d = checkDemo(t, dlockRun(t, nil, "demo", "--json", "--fair"), false)
+	t.Logf("embedded, fair lock: %+v", d)
 	r := dlockRun(t, nil, "demo")
 	wantCode(t, r, 0)
 	for _, want := range []string{"embedded Redis (miniredis)", "oversold             0", "commands per issue"} {
@@ -717,7 +759,7 @@ func TestVersionAndHelp(t *testing.T) {
 		}
 	}
 	r = dlockRun(t, nil, "run", "--help")
-	if !strings.Contains(r.stdout, "NOT YET SUPPORTED") || !strings.Contains(r.stdout, "75") {
+	if !strings.Contains(r.stdout, "--fair") || !strings.Contains(r.stdout, "75") {
 		t.Fatalf("run --help:\n%s", r.stdout)
 	}
 }

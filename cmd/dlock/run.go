@@ -20,13 +20,19 @@ type runFlags struct {
 	fair                         bool
 }
 
-// errFairUnsupported is returned for --fair until the library has FairMutex.
-var errFairUnsupported = exitf(exitUsage, "--fair is not yet supported: dlock has no fair lock (FairMutex) yet")
+// heldLock is what run needs of a lock handle: *dlock.Mutex and
+// *dlock.FairMutex both have it.
+type heldLock interface {
+	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+	Unlock(ctx context.Context) error
+	Done() <-chan struct{}
+	Err() error
+}
 
 func (a *app) runCommand() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [--wait D] [--lease D] [--grace D] NAME -- CMD [ARGS...]",
+		Use:   "run [--wait D] [--lease D] [--grace D] [--fair] NAME -- CMD [ARGS...]",
 		Short: "Hold a lock while a command runs (flock across machines)",
 		Long: `run takes the lock NAME, runs CMD while holding it, and releases it when CMD
 exits. Without --lease the lock is held in watchdog mode: its TTL (30s) is
@@ -39,8 +45,10 @@ If the lock is lost while CMD runs (someone ran "dlock unlock --force", Redis
 lost the key, renewal failed for a whole TTL, or the --lease ran out), CMD gets
 SIGTERM, then SIGKILL after --grace, and dlock exits 76.
 
---fair (take the lock in FIFO order across processes) is not yet supported:
-the fair lock does not exist yet, and dlock run --fair fails with exit code 2.
+--fair takes the lock as a fair lock (dlock's FairMutex, Redisson's
+RFairLock): waiters are served in the order they arrived, across machines, and
+a newcomer never overtakes a queued waiter. Use it consistently: a fair and a
+plain waiter on one name share the lock but not the ordering guarantee.
 
 Exit codes:
   CMD's own     CMD ran and exited (128+N if it was killed by signal N)
@@ -57,6 +65,9 @@ Exit codes:
   # Give up at once if another machine has it, hold it at most 10 minutes:
   dlock run --wait 0 --lease 10m migrate -- ./migrate up
 
+  # Queue up in arrival order across machines:
+  dlock run --fair --wait 5m deploy -- ./deploy.sh
+
   # In cron, skip quietly when another node is already running the job:
   dlock run --wait 0 cleanup -- ./cleanup.sh || [ $? -eq 75 ]`,
 		Args: wrapArgs(func(cmd *cobra.Command, args []string) error {
@@ -69,9 +80,6 @@ Exit codes:
 			return nil
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.fair {
-				return errFairUnsupported
-			}
 			if f.wait < 0 || f.lease < 0 || f.grace < 0 {
 				return usagef("--wait, --lease and --grace must not be negative")
 			}
@@ -91,7 +99,7 @@ Exit codes:
 	cmd.Flags().DurationVar(&f.lease, "lease", 0, "hold the lock for at most this long, not renewed (0: watchdog mode, renewed while CMD runs)")
 	cmd.Flags().DurationVar(&f.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to CMD")
 	cmd.Flags().DurationVar(&f.watchdog, "watchdog", 30*time.Second, "the lock's TTL in watchdog mode, renewed every third of it; a lost lock is noticed within a third")
-	cmd.Flags().BoolVar(&f.fair, "fair", false, "take the lock in FIFO order (NOT YET SUPPORTED: exits 2)")
+	cmd.Flags().BoolVar(&f.fair, "fair", false, "take the lock in arrival order across processes (FairMutex)")
 	return cmd
 }
 
@@ -117,7 +125,10 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 		return err
 	}
 	defer c.Close()
-	m := c.Mutex(name)
+	var m heldLock = c.Mutex(name)
+	if f.fair {
+		m = c.FairMutex(name)
+	}
 
 	// Wait for the lock; a signal meanwhile gives up.
 	wctx, cancel := context.WithCancel(ctx)
@@ -170,7 +181,7 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 
 // supervise runs CMD while m is held and returns its exit code, or, when the
 // lock was lost meanwhile, the message to print (CMD has then been stopped).
-func (a *app) supervise(m *dlock.Mutex, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, string) {
+func (a *app) supervise(m heldLock, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, string) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
 	if err := cmd.Start(); err != nil {

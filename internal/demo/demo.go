@@ -39,6 +39,9 @@ type Config struct {
 	Stock    int // coupons to issue (default 100)
 	Requests int // issue requests in total (default 300)
 	NoLock   bool
+	// Fair takes a FairMutex instead of a Mutex: requests are served in the
+	// order they arrived at Redis, first come first served across servers.
+	Fair bool
 	// Redis, when set, are the options of a real Redis to run against; nil
 	// runs on an embedded miniredis.
 	Redis *redis.Options
@@ -131,10 +134,33 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: stock must not be negative", dlock.ErrInvalidArgument)
 	case c.Requests < 0:
 		return fmt.Errorf("%w: requests must not be negative", dlock.ErrInvalidArgument)
+	case c.Fair && c.NoLock:
+		return fmt.Errorf("%w: fair and no-lock exclude each other", dlock.ErrInvalidArgument)
 	case c.Think < 0 || c.Wait < 0:
 		return fmt.Errorf("%w: negative duration", dlock.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// issueFair is WithLock for a FairMutex: wait for the lock, note the grant,
+// run fn, always release.
+func issueFair(ctx context.Context, m *dlock.FairMutex, wait time.Duration, granted func(), fn func(context.Context) (bool, error)) (bool, error) {
+	ok, err := m.TryLock(ctx, wait, 0)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, fmt.Errorf("%w: %q not acquired within %v", dlock.ErrWaitTimeout, m.Name(), wait)
+	}
+	granted()
+	issued, ferr := fn(ctx)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	uerr := m.Unlock(uctx)
+	if ferr != nil {
+		return issued, ferr
+	}
+	return issued, uerr
 }
 
 // Embedded is an in-process miniredis whose clock follows real time.
@@ -313,9 +339,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					}
 					var ok bool
 					var err error
-					if cfg.NoLock {
+					switch {
+					case cfg.NoLock:
 						ok, err = issue(ctx, rdb, id)
-					} else {
+					case cfg.Fair:
+						t0 := time.Now()
+						ok, err = issueFair(ctx, c.FairMutex(lockName), cfg.Wait, func() { mine = append(mine, time.Since(t0)) },
+							func(ctx context.Context) (bool, error) { return issue(ctx, rdb, id) })
+					default:
 						t0 := time.Now()
 						err = c.WithLock(ctx, lockName, func(ctx context.Context) error {
 							mine = append(mine, time.Since(t0))

@@ -45,8 +45,8 @@ func check(t *testing.T, r Result, cfg Config) {
 }
 
 func TestEmbedded(t *testing.T) {
-	for _, noLock := range []bool{false, true} {
-		cfg := Config{Servers: 2, Workers: 4, Stock: 30, Requests: 60, NoLock: noLock}
+	for _, mode := range []string{"lock", "no-lock", "fair"} {
+		cfg := Config{Servers: 2, Workers: 4, Stock: 30, Requests: 60, NoLock: mode == "no-lock", Fair: mode == "fair"}
 		var progress atomic.Int64
 		cfg.Progress = func(n int) { progress.Store(int64(n)) }
 		r, err := Run(ctxT(t), cfg)
@@ -62,8 +62,8 @@ func TestEmbedded(t *testing.T) {
 
 func TestRealRedis(t *testing.T) {
 	rs := testenv.StartRedis(t)
-	for _, noLock := range []bool{false, true} {
-		cfg := Config{Servers: 3, Workers: 4, Stock: 40, Requests: 80, NoLock: noLock, Redis: &redis.Options{Addr: rs.Addr()}}
+	for _, mode := range []string{"lock", "no-lock", "fair"} {
+		cfg := Config{Servers: 3, Workers: 4, Stock: 40, Requests: 80, NoLock: mode == "no-lock", Fair: mode == "fair", Redis: &redis.Options{Addr: rs.Addr()}}
 		r, err := Run(ctxT(t), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +146,7 @@ func TestEmbeddedClock(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, c := range []Config{{Servers: -1}, {Workers: -2}, {Stock: -1}, {Requests: -1}, {Think: -time.Second}} {
+	for _, c := range []Config{{Servers: -1}, {Workers: -2}, {Stock: -1}, {Requests: -1}, {Think: -time.Second}, {Fair: true, NoLock: true}} {
 		if err := c.Validate(); !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("%+v: %v", c, err)
 		}
