@@ -40,7 +40,8 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// ScopeName is the instrumentation scope of the tracer dlockotel uses.
+// ScopeName is the instrumentation scope of the tracer dlockotel uses (a
+// constant, like the names below).
 const ScopeName = "github.com/dlock-dev/dlock/dlockotel"
 
 // Span and attribute names.

@@ -12,8 +12,8 @@
 // # Metrics
 //
 // Every metric except the renewal counters carries the label kind, the lock
-// type ("mutex", later "fair", "read", "write", ...). Lock names are never
-// labels: a service may use millions of names, and each would be a time series.
+// type: "mutex", "fair", "read", "write", "multi" (dlock.Kind). Lock names are
+// never labels: a service may use millions of names, and each would be a time series.
 //
 //	dlock_acquire_attempts_total{kind}    acquisitions that ended (re-entries excluded)
 //	dlock_acquired_total{kind}            of those, the grants
@@ -90,9 +90,11 @@ type config struct {
 
 // DefaultWaitBuckets are the wait-duration histogram's buckets, in seconds:
 // from an uncontended grant (about a round trip) to DefaultWaitTime and beyond.
+// New copies them; do not modify them while New may run.
 var DefaultWaitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
 // DefaultHoldBuckets are the hold-duration histogram's buckets, in seconds.
+// New copies them; do not modify them while New may run.
 var DefaultHoldBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800}
 
 // WithNamespace prefixes every metric name with ns and an underscore:
@@ -238,7 +240,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// AcquireStarted implements dlock.Observer. The acquisition is counted when
+// AcquireStarted implements dlock.Observer; safe for concurrent use. The acquisition is counted when
 // it ends; a re-entry of a lock the handle already holds is not counted.
 func (m *Metrics) AcquireStarted(_ context.Context, _ dlock.Kind, _ string) func(dlock.Acquisition) {
 	return m.acquisition
@@ -266,7 +268,7 @@ func (m *Metrics) acquisition(a dlock.Acquisition) {
 	}
 }
 
-// ReleaseStarted implements dlock.Observer. A final release ends a hold: it
+// ReleaseStarted implements dlock.Observer; safe for concurrent use. A final release ends a hold: it
 // lowers dlock_held (unless the hold had been lost, which Lost counted) and
 // observes the hold duration.
 func (m *Metrics) ReleaseStarted(_ context.Context, _ dlock.Kind, _ string) func(dlock.Release) {
@@ -289,13 +291,15 @@ func (m *Metrics) release(r dlock.Release) {
 }
 
 // Lost implements dlock.Observer: it counts the loss and lowers dlock_held.
+// Safe for concurrent use.
 func (m *Metrics) Lost(kind dlock.Kind, _ string, _ error) {
 	k := string(kind)
 	m.lost.WithLabelValues(k).Inc()
 	m.held.WithLabelValues(k).Dec()
 }
 
-// Renewed implements dlock.Observer.
+// Renewed implements dlock.Observer: n locks renewed, all n counted as
+// failures when err is not nil. Safe for concurrent use.
 func (m *Metrics) Renewed(n int, err error) {
 	m.renewals.Add(float64(n))
 	if err != nil {

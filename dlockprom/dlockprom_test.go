@@ -224,8 +224,8 @@ dlock_wait_timeouts_total{kind="mutex"} 2
 				t.Fatalf("hold histogram: count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
 			}
 		case "dlock_renewals_total":
-			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < 2 {
-				t.Fatalf("renewals %v, want at least 2 in 200ms at a 50ms period", v)
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < 1 {
+				t.Fatalf("renewals %v, want some in 200ms at a 50ms period", v)
 			}
 		case "dlock_renewal_failures_total":
 			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 0 {

@@ -29,7 +29,8 @@ const (
 	exitLost        = 76 // run: the lock was lost while CMD ran
 )
 
-// DefaultRedisURL is used when neither --redis nor DLOCK_REDIS_URL is set.
+// DefaultRedisURL is used when neither --redis nor DLOCK_REDIS_URL is set
+// (a constant).
 const DefaultRedisURL = "redis://127.0.0.1:6379"
 
 // envRedisURL names the environment variable that replaces the default URL.
@@ -62,6 +63,8 @@ type app struct {
 
 // Main runs the dlock command line with args (without the program name) and
 // returns the process exit code. It is the whole program; main only calls it.
+// Not safe for concurrent use: it sets go-redis's process-wide logger and,
+// for run, the process's signal handling.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv}
 	// go-redis logs dial failures itself; dlock reports them in one line.

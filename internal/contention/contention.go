@@ -41,7 +41,7 @@ type Config struct {
 	NoServerStats bool
 }
 
-// Result is what Run measured.
+// Result is what Run measured: a plain value, safe to read concurrently.
 type Result struct {
 	Workers, GrantsPerWorker int
 	Hold                     time.Duration
@@ -63,7 +63,8 @@ type Result struct {
 	ServerPerGrant float64
 }
 
-// ErrOverlap is returned by Run when two holders held the lock at once.
+// ErrOverlap is returned by Run when two holders held the lock at once. It is
+// a sentinel for errors.Is; never modified.
 var ErrOverlap = errors.New("contention: two holders at once")
 
 // Run runs the benchmark. It returns ctx's error if ctx ends first, and

@@ -35,13 +35,15 @@ type CommandCounter struct {
 	n atomic.Int64
 }
 
-// Count returns the number of commands counted so far.
+// Count returns the number of commands counted so far. Safe for concurrent
+// use.
 func (c *CommandCounter) Count() int64 { return c.n.Load() }
 
-// DialHook implements redis.Hook.
+// DialHook implements redis.Hook; safe for concurrent use.
 func (c *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook implements redis.Hook.
+// ProcessHook implements redis.Hook; the returned hook is safe for
+// concurrent use.
 func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
@@ -49,7 +51,8 @@ func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// ProcessPipelineHook implements redis.Hook.
+// ProcessPipelineHook implements redis.Hook; the returned hook is safe for
+// concurrent use.
 func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))

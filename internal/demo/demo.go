@@ -56,7 +56,7 @@ type Config struct {
 	Progress func(done int)
 }
 
-// Defaults for Config's zero fields.
+// Defaults for Config's zero fields (constants: safe for concurrent use).
 const (
 	DefaultServers  = 3
 	DefaultWorkers  = 8
@@ -65,7 +65,8 @@ const (
 	DefaultThink    = time.Millisecond
 )
 
-// Result is what a run reports.
+// Result is what a run reports. It is a plain value; its methods only read
+// it and are safe for concurrent use.
 type Result struct {
 	Backend  string // "embedded" or the Redis address
 	Locked   bool   // whether requests took the lock
@@ -89,6 +90,7 @@ type Result struct {
 }
 
 // CommandsPerIssue is CommandsSent per coupon issued (0 when none was).
+// Safe for concurrent use.
 func (r Result) CommandsPerIssue() float64 {
 	if r.Issued == 0 {
 		return 0
@@ -97,7 +99,7 @@ func (r Result) CommandsPerIssue() float64 {
 }
 
 // ServerCommandsPerIssue is ServerCommands per coupon issued, or -1 when
-// unknown.
+// unknown. Safe for concurrent use.
 func (r Result) ServerCommandsPerIssue() float64 {
 	if r.ServerCommands < 0 {
 		return -1
@@ -108,7 +110,8 @@ func (r Result) ServerCommandsPerIssue() float64 {
 	return float64(r.ServerCommands) / float64(r.Issued)
 }
 
-// Validate fills in defaults and rejects nonsensical sizes.
+// Validate fills in defaults and rejects nonsensical sizes. It modifies c:
+// not safe for concurrent use with other uses of c.
 func (c *Config) Validate() error {
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -163,7 +166,8 @@ func issueFair(ctx context.Context, m *dlock.FairMutex, wait time.Duration, gran
 	return issued, uerr
 }
 
-// Embedded is an in-process miniredis whose clock follows real time.
+// Embedded is an in-process miniredis whose clock follows real time. Addr is
+// safe for concurrent use; Close must be called once, after the last use.
 type Embedded struct {
 	srv  *miniredis.Miniredis
 	stop chan struct{}
@@ -201,17 +205,19 @@ func (e *Embedded) clock() {
 	}
 }
 
-// Addr returns the embedded server's "127.0.0.1:port".
+// Addr returns the embedded server's "127.0.0.1:port". Safe for concurrent use.
 func (e *Embedded) Addr() string { return e.srv.Addr() }
 
-// Close stops the clock and the server. Call it once.
+// Close stops the clock and the server. Call it once; not safe for
+// concurrent use with itself.
 func (e *Embedded) Close() {
 	close(e.stop)
 	<-e.done
 	e.srv.Close()
 }
 
-// Options returns go-redis options for addr as the demo uses them.
+// Options returns go-redis options for addr as the demo uses them. It
+// returns a new value on each call; safe for concurrent use.
 func Options(addr string) *redis.Options {
 	return &redis.Options{Addr: addr}
 }
