@@ -107,17 +107,17 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				}
 				defer stop()
 			}
+			var bar *progress
 			if isTerminal(a.stderr) {
-				bar := newProgress(a.stderr, cfg.Requests)
+				bar = newProgress(a.stderr, cfg.Requests)
 				cfg.Progress = bar.set
-				defer bar.stop()
 			}
 			res, err := demo.Run(ctx, cfg)
+			if bar != nil {
+				bar.stop() // before any output: both may be the terminal
+			}
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
-			}
-			if cfg.Progress != nil {
-				cfg.Progress(cfg.Requests)
 			}
 			if asJSON {
 				return json.NewEncoder(a.stdout).Encode(demoJSON{
