@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type Client struct {
 // to interfaces once rather than on every call.
 type boxedArgs struct {
 	watchdogMs, queueTTLMs, fenceTTLMs, claimMs, latchTTLMs any
+	writerWaitMs                                            any // how long a waiting writer holds readers back unless it re-checks
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
@@ -72,6 +74,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		fenceTTLMs: ms(cfg.fenceTTL),
 		claimMs:    ms(cfg.claim),
 		latchTTLMs: ms(cfg.latchTTL),
+
+		writerWaitMs: ms(cfg.recheck + cfg.claim),
 	}
 	c.hub = notify.New(rdb, keys.ClientChannel(c.id), cfg.linger, cfg.logger)
 	var slot func(string) uint16
@@ -154,16 +158,15 @@ func (c *Client) untrack(h *hold) {
 func (c *Client) nextRequest() uint64 { return c.reqs.Add(1) }
 
 func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int64) ([]bool, error) {
-	boxedKeys := make([]any, len(ks))
+	boxedKeys := make([]any, 0, 2*len(ks))
+	args := make([]any, 3*len(ks))
 	for i, k := range ks {
-		boxedKeys[i] = k
-	}
-	args := make([]any, 0, 2*len(ks))
-	for _, f := range fields {
-		args = append(args, f)
-	}
-	for _, t := range ttls {
-		args = append(args, t)
+		kind, field, set := parseRenewField(fields[i])
+		if set == "" {
+			set = k
+		}
+		boxedKeys = append(boxedKeys, k, set)
+		args[i], args[len(ks)+i], args[2*len(ks)+i] = field, ttls[i], kind
 	}
 	res, err := scriptRenew.run(ctx, c.rdb, boxedKeys, args...).Slice()
 	if err != nil {
@@ -177,6 +180,24 @@ func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int
 		out[i] = v == int64(1)
 	}
 	return out, nil
+}
+
+// renewField encodes a hold's renewal for renewBatch in renew.Entry's Field:
+// a Mutex's is its owner field ("<client id>:<owner id>", without a space);
+// a read-write lock's is "<kind> <field> <read-deadline set key>", kind 'r'
+// or 'w' (owner fields have no space; the key may).
+func renewField(kind byte, field, set string) string {
+	return string(kind) + " " + field + " " + set
+}
+
+func parseRenewField(f string) (kind, field, set string) {
+	if len(f) > 2 && f[1] == ' ' {
+		if rest := f[2:]; strings.IndexByte(rest, ' ') > 0 {
+			i := strings.IndexByte(rest, ' ')
+			return f[:1], rest[:i], rest[i+1:]
+		}
+	}
+	return "m", f, ""
 }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }

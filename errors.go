@@ -23,6 +23,12 @@ var (
 	// an empty or oversized name, a nonsensical duration, a nil client.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
+	// ErrUpgrade is returned at once by the write side of an RWMutex whose
+	// handle holds only its read side: a read→write upgrade could wait
+	// forever (two readers upgrading wait for each other), so it is refused.
+	// Release the read holds first, or take the write lock from the start.
+	ErrUpgrade = errors.New("dlock: read to write upgrade refused")
+
 	// ErrClosed is returned by every operation on a Client after Close, and by
 	// its handles.
 	ErrClosed = errors.New("dlock: client closed")

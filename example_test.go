@@ -107,3 +107,34 @@ func ExampleFairMutex() {
 	}
 	// Output: held, token > 0: true
 }
+
+func ExampleRWMutex() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Many readers at once, in any process...
+	a, b := locks.RWMutex("example:catalog"), locks.RWMutex("example:catalog")
+	_ = a.RLock(ctx)
+	ok, _ := b.TryRLock(ctx, 0, 0)
+	fmt.Println("second reader:", ok)
+	// ...but no writer while they read. A reader may not upgrade:
+	fmt.Println("upgrade refused:", errors.Is(a.Lock(ctx), dlock.ErrUpgrade))
+	_ = a.RUnlock(ctx)
+	_ = b.RUnlock(ctx)
+
+	// The writer excludes everyone, and may downgrade to a read hold.
+	if err := a.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_ = a.RLock(ctx)   // downgrade: read while still writing
+	_ = a.Unlock(ctx)  // now only a reader
+	_ = a.RUnlock(ctx) // free
+	fmt.Println("done")
+	// Output:
+	// second reader: true
+	// upgrade refused: true
+	// done
+}

@@ -48,7 +48,7 @@ func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration)
 			first = min(first, claim/2)
 		}
 		h.validUntil = sent.Add(ttl)
-		h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.field, TTL: c.cfg.watchdog, Holder: h}
+		h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.renewField, TTL: c.cfg.watchdog, Holder: h}
 		h.entry = &h.renewal
 		c.renewer.Add(h.entry, first)
 		h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)

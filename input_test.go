@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // unreachable is a client whose every command fails with a dial error, so an
@@ -153,3 +155,43 @@ func FuzzInput(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRWInput feeds names and durations to the read-write lock: against an unreachable server every call fails, bad input with
+// ErrInvalidArgument, and nothing panics.
+func FuzzRWInput(f *testing.F) {
+	f.Add("rw", int64(0), int64(0), "other")
+	f.Add("", int64(-1), int64(1), "")
+	f.Add("a{b}c", int64(1e9), int64(-5), "a{b}c")
+	f.Add("}", int64(5), int64(999999), "x y")
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	defer rdb.Close()
+	c, err := New(rdb)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Close()
+	f.Fuzz(func(t *testing.T, name string, wait, lease int64, other string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		w, l := time.Duration(wait)%time.Millisecond, time.Duration(lease)
+		rw := c.RWMutex(name)
+		bad := keysInvalid(name)
+		check := func(what string, ok bool, err error) {
+			t.Helper()
+			if ok || err == nil {
+				t.Fatalf("%s: %v, %v from an unreachable server", what, ok, err)
+			}
+			if bad && !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%s on bad name %q: %v", what, name, err)
+			}
+		}
+		ok, err := rw.TryRLock(ctx, w, l)
+		check("TryRLock", ok, err)
+		ok, err = rw.TryLock(ctx, w, l)
+		check("TryLock", ok, err)
+		check("RUnlock", false, rw.RUnlock(ctx))
+		check("Unlock", false, rw.Unlock(ctx))
+	})
+}
+
+func keysInvalid(name string) bool { return keys.Validate(name) != nil }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/notify"
 )
@@ -43,6 +45,15 @@ type Mutex struct {
 	fair    bool          // FairMutex: a free lock goes to the queue's head
 	fairA   any           // "1" when fair, boxed once
 
+	// A side of an RWMutex: 'r' or 'w' (0 for Mutex and FairMutex). The two
+	// sides of one RWMutex share the owner, the gate and the keys.
+	side       byte
+	sideA      any    // "r" or "w", boxed once
+	ownerA     any    // the owner "<client id>:<owner id>", boxed once
+	peer       *Mutex // the other side of the RWMutex
+	channel    string // the release channel waiters subscribe to
+	renewField string // renew.Entry.Field for this handle's holds
+
 	mu    sync.Mutex
 	count int
 	h     *hold
@@ -54,7 +65,7 @@ func newMutex(c *Client, name string) *Mutex {
 	return m
 }
 
-// init sets up a handle in place (FairMutex embeds a Mutex).
+// init sets up a handle in place (FairMutex embeds a Mutex; RWMutex has two).
 func (m *Mutex) init(c *Client, name string, kind Kind) {
 	m.c, m.name, m.kind, m.gate = c, name, kind, make(chan struct{}, 1)
 	m.fair = kind == KindFair
@@ -70,6 +81,8 @@ func (m *Mutex) init(c *Client, name string, kind Kind) {
 	m.keyArgs = []any{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
 	m.field = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
 	m.fieldA = m.field
+	m.channel = m.ks.Channel
+	m.renewField = m.field
 }
 
 // Name returns the lock's name.
@@ -146,12 +159,25 @@ func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, en
 	if ttl != m.c.cfg.watchdog {
 		ttlA = ms(ttl)
 	}
-	var entryA any = ""
-	if entry != "" {
-		entryA = entry
+	var cmd *redis.Cmd
+	switch m.side {
+	case 'w':
+		var waitA any = "0"
+		if entry != "" {
+			waitA = a.writerWaitMs
+		}
+		cmd = scriptRWLock.run(ctx, m.c.rdb, m.keyArgs, m.ownerA, m.fieldA, ttlA, expected, waitA, a.fenceTTLMs)
+	case 'r':
+		cmd = scriptRLock.run(ctx, m.c.rdb, m.keyArgs, m.fieldA, m.peer.fieldA, ttlA, expected, a.fenceTTLMs)
+	default:
+		var entryA any = ""
+		if entry != "" {
+			entryA = entry
+		}
+		cmd = scriptAcquire.run(ctx, m.c.rdb, m.keyArgs[:3],
+			m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs, m.fairA, a.claimMs)
 	}
-	r, err := readSmall(scriptAcquire.run(ctx, m.c.rdb, m.keyArgs[:3],
-		m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs, m.fairA, a.claimMs))
+	r, err := readSmall(cmd)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -163,6 +189,8 @@ func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, en
 		return attemptResult{status: 0, pttl: time.Duration(v[1]) * time.Millisecond}, nil
 	case r.n == 1 && v[0] == -1:
 		return attemptResult{status: -1}, nil
+	case r.n == 1 && v[0] == -2:
+		return attemptResult{}, ErrUpgrade
 	}
 	return attemptResult{}, fmt.Errorf("dlock: unexpected acquire reply %v", v[:r.n])
 }
@@ -199,6 +227,9 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		reentry = true
 		return m.reenter(ctx, count, lease)
 	}
+	if m.side == 'w' && m.peer.holdCount() > 0 {
+		return false, ErrUpgrade
+	}
 
 	ttl := lease
 	if lease <= 0 {
@@ -218,7 +249,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 	var w *notify.Waiter
 	var entry string
 	if canWait && m.c.hub.Ready() {
-		if w, err = m.c.hub.Join(ctx, m.ks.Channel); err != nil {
+		if w, err = m.join(ctx); err != nil {
 			return false, m.c.wrapClosed(err)
 		}
 		defer m.c.hub.Leave(w)
@@ -241,7 +272,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 	if w == nil {
 		// Subscribe before the attempt that queues us, so that the hand-off
 		// (or Redisson's release message) cannot be missed.
-		if w, err = m.c.hub.Join(ctx, m.ks.Channel); err != nil {
+		if w, err = m.join(ctx); err != nil {
 			return false, m.c.wrapClosed(err)
 		}
 		defer m.c.hub.Leave(w)
@@ -310,7 +341,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			if ev := w.Take(); ev.Granted {
 				tok = ev.Token
 			}
-			m.granted(tok, sent, lease, m.c.cfg.claim)
+			var claim time.Duration
+			if m.side == 0 {
+				claim = m.c.cfg.claim // a read-write lock is never handed off
+			}
+			m.granted(tok, sent, lease, claim)
 			return true, nil
 		}
 		if !timer.Stop() {
@@ -331,8 +366,11 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 	backoff := m.c.cfg.spinMin
 	var timer *time.Timer
 	var entry string
-	if m.fair && canWait {
+	switch {
+	case m.fair && canWait:
 		entry = "0 " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
+	case m.side == 'w' && canWait:
+		entry = "w"
 	}
 	registered := false
 	for {
@@ -344,7 +382,7 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		}
 		if res.status == 1 {
 			var claim time.Duration
-			if registered {
+			if registered && m.fair {
 				claim = m.c.cfg.claim // may be a hand-off, valid for the claim window
 			}
 			m.granted(res.token, sent, lease, claim)
@@ -383,6 +421,21 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 	}
 }
 
+// join registers the caller with the Client's pub/sub hub: readers as
+// shared waiters, everyone else as exclusive ones.
+func (m *Mutex) join(ctx context.Context) (*notify.Waiter, error) {
+	if m.side == 'r' {
+		return m.c.hub.JoinShared(ctx, m.channel)
+	}
+	return m.c.hub.Join(ctx, m.channel)
+}
+
+func (m *Mutex) holdCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count
+}
+
 // sleep is how long to wait before trying again on our own: until the
 // holder's TTL ends, the wait ends, or the re-check interval passes
 // (which bounds how long a crashed queued waiter can stall the lock).
@@ -397,7 +450,16 @@ func (m *Mutex) sleep(pttl time.Duration, deadline time.Time) time.Duration {
 	return max(d, time.Millisecond)
 }
 
+// entry is what a waiter registers with its attempts: a queue entry for a
+// Mutex or FairMutex, "w" for a writer (registered as waiting, which holds
+// new readers back), nothing for a reader.
 func (m *Mutex) entry(w *notify.Waiter, ttl time.Duration) string {
+	switch m.side {
+	case 'w':
+		return "w"
+	case 'r':
+		return ""
+	}
 	return strconv.FormatUint(w.Ticket, 10) + " " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
 }
 
@@ -411,7 +473,13 @@ func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
 	defer cancel()
 	a := &m.c.args
-	if err := scriptLeave.run(ctx, m.c.rdb, m.keyArgs[:3], entry, m.fieldA, a.claimMs, a.fenceTTLMs).Err(); err != nil {
+	var err error
+	if m.side == 'w' {
+		err = scriptRWLeave.run(ctx, m.c.rdb, m.keyArgs, m.ownerA).Err()
+	} else {
+		err = scriptLeave.run(ctx, m.c.rdb, m.keyArgs[:3], entry, m.fieldA, a.claimMs, a.fenceTTLMs).Err()
+	}
+	if err != nil {
 		m.c.cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", m.name, "err", err)
 	}
 }
@@ -503,8 +571,15 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 		allFlag = "1"
 	}
 	a := &m.c.args
-	r, err := readSmall(scriptRelease.run(ctx, m.c.rdb, m.keyArgs,
-		m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, a.claimMs, a.fenceTTLMs, allFlag))
+	var cmd *redis.Cmd
+	if m.side != 0 {
+		cmd = scriptRWUnlock.run(ctx, m.c.rdb, m.keyArgs,
+			m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, allFlag, m.sideA)
+	} else {
+		cmd = scriptRelease.run(ctx, m.c.rdb, m.keyArgs,
+			m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, a.claimMs, a.fenceTTLMs, allFlag)
+	}
+	r, err := readSmall(cmd)
 	if err == nil && (r.n == 0 || r.v[0] == 1 && r.n != 2) {
 		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
 	}

@@ -25,12 +25,28 @@ var (
 	luaForce string
 	//go:embed scripts/renew.lua
 	luaRenew string
+	//go:embed scripts/rwlib.lua
+	luaRWLib string
+	//go:embed scripts/rwlock.lua
+	luaRWLock string
+	//go:embed scripts/rlock.lua
+	luaRLock string
+	//go:embed scripts/rwunlock.lua
+	luaRWUnlock string
+	//go:embed scripts/rwleave.lua
+	luaRWLeave string
 
 	scriptAcquire = newScript(luaLib + luaAcquire)
 	scriptRelease = newScript(luaLib + luaRelease)
 	scriptLeave   = newScript(luaLib + luaLeave)
 	scriptForce   = newScript(luaLib + luaForce)
 	scriptRenew   = newScript(luaRenew)
+
+	// Read-write lock scripts: lib.lua, then rwlib.lua, then the script.
+	scriptRWLock   = newScript(luaLib + luaRWLib + luaRWLock)
+	scriptRLock    = newScript(luaLib + luaRWLib + luaRLock)
+	scriptRWUnlock = newScript(luaLib + luaRWLib + luaRWUnlock)
+	scriptRWLeave  = newScript(luaLib + luaRWLib + luaRWLeave)
 )
 
 // script runs a Lua script by its SHA1, loading it with EVAL when the server

@@ -1,12 +1,31 @@
 -- renew: extend many held locks in one call (the watchdog's batch).
--- KEYS[i] lock hash, ARGV[i] owner field, ARGV[#KEYS+i] new ttl in ms.
--- Returns a list with 1 where the owner still held the lock (and its ttl was
--- set), 0 where it did not. Every key is in the same Cluster slot.
-local n = #KEYS
+-- Per lock i: KEYS[2i-1] lock hash, KEYS[2i] its read-deadline set (or the
+-- hash again), ARGV[i] owner field, ARGV[n+i] new ttl in ms, ARGV[2n+i] kind:
+--   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
+--   'w' a write hold: the TTL is extended, never shortened;
+--   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
+--       hash lives at least that long; other readers' deadlines are untouched.
+-- Returns a list with 1 where the owner still held the lock, 0 where it did
+-- not. Every key is in the same Cluster slot.
+local n = #ARGV / 3
 local out = {}
+local now
 for i = 1, n do
-  if redis.call('hexists', KEYS[i], ARGV[i]) == 1 then
-    redis.call('pexpire', KEYS[i], ARGV[n + i])
+  local k, z, f, ttl, kind = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
+  if redis.call('hexists', k, f) == 1 then
+    if kind == 'm' then
+      redis.call('pexpire', k, ttl)
+    else
+      if kind == 'r' then
+        if not now then
+          local t = redis.call('time')
+          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        redis.call('zadd', z, 'GT', now + ttl, f)
+        if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
+      end
+      if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
+    end
     out[i] = 1
   else
     out[i] = 0

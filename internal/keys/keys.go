@@ -73,6 +73,11 @@ type Set struct {
 	Fence   string // last fencing token issued for the name
 	Queue   string // registered waiters, for direct hand-off
 	Latch   string // request id of the last final release, for idempotent retries
+
+	// Read-write locks only.
+	RWChannel string // Redisson's RReadWriteLock channel
+	Readers   string // read-hold deadlines (server clock), a sorted set
+	Writers   string // writers waiting, which hold new readers back, a sorted set
 }
 
 // For returns the names for lock name. name must have passed Validate.
@@ -83,6 +88,10 @@ func For(name string) Set {
 		Fence:   Companion("dlock:fence", name),
 		Queue:   Companion("dlock:queue", name),
 		Latch:   Companion("dlock:latch", name),
+
+		RWChannel: "redisson_rwlock:{" + name + "}",
+		Readers:   Companion("dlock:readers", name),
+		Writers:   Companion("dlock:wwait", name),
 	}
 }
 

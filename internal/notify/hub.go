@@ -84,6 +84,17 @@ func (h *Hub) Ready() bool {
 // the client channel) when needed. It returns once the client channel is
 // confirmed, or with ctx's error. The caller must call Leave exactly once.
 func (h *Hub) Join(ctx context.Context, lockChannel string) (*Waiter, error) {
+	return h.join(ctx, lockChannel, false)
+}
+
+// JoinShared is Join for a waiter that can share the lock with others of its
+// kind (a reader): a "0" on the channel wakes one exclusive waiter when there
+// is one, and every shared waiter only when there is none.
+func (h *Hub) JoinShared(ctx context.Context, lockChannel string) (*Waiter, error) {
+	return h.join(ctx, lockChannel, true)
+}
+
+func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waiter, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -108,7 +119,7 @@ func (h *Hub) Join(ctx context.Context, lockChannel string) (*Waiter, error) {
 	}
 	ch.refs++
 	h.nextTicket++
-	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, C: make(chan struct{}, 1)}
+	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, shared: shared, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
 	var err error
@@ -305,10 +316,22 @@ func (h *Hub) dispatch(name, payload string) {
 	}
 	switch payload {
 	case "0": // one holder released: one local waiter may proceed
+		exclusive := false
 		for _, w := range ch.waiters {
+			if w.shared {
+				continue
+			}
+			exclusive = true
 			if w.signal(func(w *Waiter) { w.retry = true }) {
 				return
 			}
+		}
+		if exclusive {
+			return
+		}
+		// Only waiters that share: they may all proceed together.
+		for _, w := range ch.waiters {
+			w.signal(func(w *Waiter) { w.retry = true })
 		}
 	case "1": // read holds released: every local waiter may proceed
 		for _, w := range ch.waiters {

@@ -92,3 +92,41 @@ func TestHub(t *testing.T) {
 		t.Fatalf("Join after Close = %v", err)
 	}
 }
+
+// On a read-write channel, "0" wakes one exclusive waiter (a writer) when
+// there is one, else every shared waiter (the readers); "1" wakes all.
+func TestHubShared(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.NewClient(t)
+	ctx := context.Background()
+	h := New(rdb, "dlock:client:shared", 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	defer h.Close()
+	r1, err := h.JoinShared(ctx, "rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := h.JoinShared(ctx, "rw")
+	w, _ := h.Join(ctx, "rw")
+	quiet := func(ws ...*Waiter) {
+		t.Helper()
+		time.Sleep(50 * time.Millisecond)
+		for _, x := range ws {
+			select {
+			case <-x.C:
+				t.Fatalf("waiter %d woken", x.Ticket)
+			default:
+			}
+		}
+	}
+	rdb.Publish(ctx, "rw", "0")
+	if ev := waitEvent(t, w); !ev.Retry {
+		t.Fatalf("writer event %+v", ev)
+	}
+	quiet(r1, r2)
+	h.Leave(w)
+	rdb.Publish(ctx, "rw", "0")
+	waitEvent(t, r1)
+	waitEvent(t, r2)
+	h.Leave(r1)
+	h.Leave(r2)
+}

@@ -11,6 +11,7 @@ type Waiter struct {
 	C chan struct{}
 
 	channel string
+	shared  bool // a reader: see JoinShared
 	left    bool // guarded by the Hub's mu
 
 	mu      sync.Mutex

@@ -1,0 +1,170 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// RWMutex is a handle on a distributed read-write lock, Redisson's
+// RReadWriteLock: many readers, or one writer. The handle is one owner with a
+// read side (RLock, TryRLock, RUnlock, or RLocker) and a write side (Lock,
+// TryLock, Unlock); both sides are reentrant and count their holds, with the
+// wait and lease semantics of Mutex, watchdog renewal of both sides, loss
+// signals and a fresh fencing token on every grant of either side (read
+// grants draw from the same counter, so a reader's token is above every
+// earlier writer's).
+//
+// # Rules
+//
+//   - Readers share the lock; a writer excludes readers and other writers.
+//   - Downgrade: the writer may also take the read side; after its final
+//     write Unlock it keeps the read holds and other readers may join.
+//   - Upgrade: Lock or TryLock on a handle that holds only the read side
+//     returns ErrUpgrade at once, without a network call. It never waits: two
+//     readers upgrading would wait for each other forever.
+//   - Writers are not starved: while a writer waits, no new read hold is
+//     granted (re-entries of existing read holds and the writer's own
+//     downgrade still are). A writer therefore waits only for the read holds
+//     in progress when it arrived, however steady the stream of readers. A
+//     waiting writer that crashed holds readers back for at most the re-check
+//     interval plus the hand-off claim window (5s by default). The price is
+//     that readers can wait behind a steady stream of writers, and writers
+//     among themselves are not served in arrival order.
+//   - A crashed reader's share ends at its own deadline (its lease, or the
+//     watchdog timeout after its last renewal), whatever the other readers
+//     do, and never earlier than theirs.
+//
+// # Waking
+//
+// Waiting is Redisson's: waiters subscribe to redisson_rwlock:{name} and
+// retry when woken (there is no hand-off queue). The last reader's release
+// publishes "0", which wakes one waiting writer per process (or, where a
+// process has no waiting writer, its readers); a writer's final release
+// publishes "1", which wakes every waiter. Waiters also re-check at least
+// every 3s and when the earliest read deadline passes.
+//
+// # Redis layout, and where it differs from Redisson's
+//
+// The key is the name itself, a hash as Redisson keeps it: "mode" is "read"
+// or "write", the field "<client id>:<owner id>" counts the owner's read
+// holds and "<client id>:<owner id>:write" the writer's write holds; the
+// hash's TTL covers the longest hold. Redisson gives each read hold a key
+// {name}:<owner>:rwlock_timeout:<n> and its watchdog renews every reader's
+// keys together, so one live reader keeps a crashed reader's share alive.
+// dlock instead keeps one deadline per reader, by the server's clock, in the
+// sorted set dlock:readers:{name}, renews only its own reader's deadline, and
+// drops expired readers from the hash on every script call. Waiting writers
+// are kept in the sorted set dlock:wwait:{name} (Redisson has no such
+// promise). dlock:fence:{name} holds the last fencing token and
+// dlock:latch:{name}:<owner> an owner's last final release (30s), as for
+// Mutex. A Redisson writer and dlock readers exclude each other through the
+// mode field; mixing Redisson and dlock readers on one name is not supported
+// (Redisson's readers carry no dlock deadline).
+//
+// An RWMutex is safe for concurrent use; lock operations on one handle (both
+// sides) are serialized, as on Mutex.
+type RWMutex struct {
+	name string
+	w, r Mutex
+}
+
+// RWMutex returns a handle on the read-write lock name. Each call returns a
+// new owner; an invalid name is reported by the first method call.
+func (c *Client) RWMutex(name string) *RWMutex {
+	rw := &RWMutex{name: name}
+	rw.w.init(c, name, KindWrite)
+	rw.r.init(c, name, KindRead)
+	if rw.w.nameErr != nil {
+		return rw
+	}
+	owner := c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+	keyArgs := []any{rw.w.ks.Lock, rw.w.ks.Fence, rw.w.ks.Readers, rw.w.ks.Writers, rw.w.ks.Latch + ":" + owner}
+	for _, s := range []struct {
+		m     *Mutex
+		side  byte
+		field string
+	}{{&rw.w, 'w', owner + ":write"}, {&rw.r, 'r', owner}} {
+		m := s.m
+		m.side, m.sideA = s.side, string(s.side)
+		m.field, m.fieldA, m.ownerA = s.field, s.field, owner
+		m.keyArgs = keyArgs
+		m.channel = m.ks.RWChannel
+		m.renewField = renewField(s.side, s.field, m.ks.Readers)
+	}
+	rw.r.gate = rw.w.gate
+	rw.w.peer, rw.r.peer = &rw.r, &rw.w
+	return rw
+}
+
+// Name returns the lock's name.
+func (rw *RWMutex) Name() string { return rw.name }
+
+// Lock takes the write side in watchdog mode, waiting until it is free or ctx
+// is done. See Mutex.Lock; it returns ErrUpgrade when the handle holds only
+// the read side.
+func (rw *RWMutex) Lock(ctx context.Context) error { return rw.w.Lock(ctx) }
+
+// TryLock tries to take the write side, waiting up to wait; see
+// Mutex.TryLock. It returns ErrUpgrade when the handle holds only the read
+// side.
+func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	return rw.w.TryLock(ctx, wait, lease)
+}
+
+// Unlock releases one write hold; see Mutex.Unlock.
+func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.Unlock(ctx) }
+
+// RLock takes the read side in watchdog mode, waiting while a writer holds
+// the lock or waits for it.
+func (rw *RWMutex) RLock(ctx context.Context) error { return rw.r.Lock(ctx) }
+
+// TryRLock tries to take the read side, waiting up to wait; wait and lease
+// mean what they mean for Mutex.TryLock.
+func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	return rw.r.TryLock(ctx, wait, lease)
+}
+
+// RUnlock releases one read hold; see Mutex.Unlock.
+func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
+
+// Token returns the fencing token of the current write hold, or 0.
+func (rw *RWMutex) Token() uint64 { return rw.w.Token() }
+
+// RToken returns the fencing token of the current read hold, or 0.
+func (rw *RWMutex) RToken() uint64 { return rw.r.Token() }
+
+// Done is closed when the current write hold ends; see Mutex.Done.
+func (rw *RWMutex) Done() <-chan struct{} { return rw.w.Done() }
+
+// Err returns why the current write hold was lost; see Mutex.Err.
+func (rw *RWMutex) Err() error { return rw.w.Err() }
+
+// RLocker returns the read side as a Locker: its TryLock, Lock and Unlock
+// are TryRLock, RLock and RUnlock of this handle (the same owner).
+func (rw *RWMutex) RLocker() Locker { return &readLocker{rw} }
+
+type readLocker struct{ rw *RWMutex }
+
+func (l *readLocker) Name() string { return l.rw.name }
+
+func (l *readLocker) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	return l.rw.TryRLock(ctx, wait, lease)
+}
+
+func (l *readLocker) Lock(ctx context.Context) error   { return l.rw.RLock(ctx) }
+func (l *readLocker) Unlock(ctx context.Context) error { return l.rw.RUnlock(ctx) }
+
+// Token returns the fencing token of the current read hold, or 0.
+func (l *readLocker) Token() uint64 { return l.rw.RToken() }
+
+// Done is closed when the current read hold ends.
+func (l *readLocker) Done() <-chan struct{} { return l.rw.r.Done() }
+
+// Err returns why the current read hold was lost.
+func (l *readLocker) Err() error { return l.rw.r.Err() }
+
+var (
+	_ Locker = (*RWMutex)(nil)
+	_ Locker = (*readLocker)(nil)
+)

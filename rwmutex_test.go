@@ -1,0 +1,364 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRWReadersShareWriterExcludes(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	r1, r2 := a.RWMutex("rw:share"), b.RWMutex("rw:share")
+	if err := r1.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r2.TryRLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("second reader: %v, %v", ok, err)
+	}
+	if r1.RToken() == 0 || r2.RToken() <= r1.RToken() {
+		t.Fatalf("read tokens %d, %d: want increasing", r1.RToken(), r2.RToken())
+	}
+	w := b.RWMutex("rw:share")
+	if ok, err := w.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("writer while readers hold: %v, %v", ok, err)
+	}
+	rdb := rdbFor(t, r)
+	h, _ := rdb.HGetAll(ctx, "rw:share").Result()
+	if h["mode"] != "read" || h[r1.r.field] != "1" || h[r2.r.field] != "1" || len(h) != 3 {
+		t.Fatalf("hash while read-held = %v", h)
+	}
+	if err := r1.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := w.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("writer on a free lock: %v, %v", ok, err)
+	}
+	h, _ = rdb.HGetAll(ctx, "rw:share").Result()
+	if h["mode"] != "write" || h[w.w.field] != "1" || len(h) != 2 {
+		t.Fatalf("hash while write-held = %v (Redisson's layout: mode, <owner>:write)", h)
+	}
+	if w.Token() <= r2.RToken() {
+		t.Fatal("write token not above the read tokens")
+	}
+	if ok, err := r1.TryRLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("reader while a writer holds: %v, %v", ok, err)
+	}
+	if ok, err := a.RWMutex("rw:share").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("second writer: %v, %v", ok, err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("write Unlock by a reader-only handle = %v", err)
+	}
+}
+
+func TestRWDowngradeAndUpgrade(t *testing.T) {
+	r := testenvRedis(t)
+	c, other := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	rw := c.RWMutex("rw:grade")
+	if err := rw.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.RLock(ctx); err != nil { // downgrade: the writer reads too
+		t.Fatalf("downgrade RLock: %v", err)
+	}
+	if err := rw.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Now a plain reader: others may read, nobody may write.
+	o := other.RWMutex("rw:grade")
+	if ok, err := o.TryRLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("reader after the downgrade: %v, %v", ok, err)
+	}
+	if ok, err := other.RWMutex("rw:grade").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("writer after the downgrade: %v, %v", ok, err)
+	}
+	// Upgrade: refused at once, before any network call.
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if ok, err := rw.TryLock(ctx, 10*time.Second, 0); ok || !errors.Is(err, ErrUpgrade) {
+		t.Fatalf("upgrade TryLock = %v, %v; want ErrUpgrade", ok, err)
+	}
+	if err := rw.Lock(ctx); !errors.Is(err, ErrUpgrade) {
+		t.Fatalf("upgrade Lock = %v; want ErrUpgrade", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("upgrade refused after %v", d)
+	}
+	if n := commands(t, r)["evalsha"]; n != 0 {
+		t.Fatalf("an upgrade sent %d scripts", n)
+	}
+	for _, x := range []*RWMutex{rw, o} {
+		if err := x.RUnlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rw.Lock(ctx); err != nil { // once the read holds are gone
+		t.Fatal(err)
+	}
+	if err := rw.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reader that stops renewing (a fixed lease stands in for a crash) loses
+// its share at its own deadline while another reader keeps its own; a
+// writer waiting only for the crashed reader gets in at that deadline.
+func TestRWCrashedReaderExpiresAlone(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	live := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	crashed := newClient(t, r)
+	cr := crashed.RWMutex("rw:crash")
+	if ok, err := cr.TryRLock(ctx, 0, 400*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	lr := live.RWMutex("rw:crash")
+	if err := lr.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(900 * time.Millisecond) // three watchdog timeouts, past the crashed lease
+	wc := newClient(t, r)
+	if ok, err := wc.RWMutex("rw:crash").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("writer while the live reader holds: %v, %v", ok, err)
+	}
+	h, _ := rdb.HGetAll(ctx, "rw:crash").Result()
+	if _, ok := h[cr.r.field]; ok {
+		t.Fatalf("the crashed reader's share outlived its deadline: %v", h)
+	}
+	if h[lr.r.field] != "1" || lr.r.Err() != nil {
+		t.Fatalf("the live reader's share was cut: %v, %v", h, lr.r.Err())
+	}
+	if err := lr.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A writer that waits only for a crashed reader is let in at its deadline,
+	// with no message and long before its re-check.
+	if err := cr.RUnlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("RUnlock after the lease = %v, want ErrLockLost", err)
+	}
+	if ok, err := crashed.RWMutex("rw:crash").TryRLock(ctx, 0, 300*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	wc.cfg.recheck = time.Minute
+	start := time.Now()
+	w := wc.RWMutex("rw:crash")
+	if err := w.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("writer waited %v for a reader with a 300ms lease", d)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRWWatchdogCoversBothSides(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	ctx := ctxT(t)
+	rd, wr := c.RWMutex("rw:wd:read"), c.RWMutex("rw:wd:write")
+	if err := rd.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wr.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	rdb := rdbFor(t, r)
+	for _, name := range []string{"rw:wd:read", "rw:wd:write"} {
+		if n, _ := rdb.Exists(ctx, name).Result(); n != 1 {
+			t.Fatalf("%s expired under the watchdog", name)
+		}
+	}
+	if rd.r.Err() != nil || wr.Err() != nil {
+		t.Fatalf("holds lost: %v, %v", rd.r.Err(), wr.Err())
+	}
+	if err := rd.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wr.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.renewer.Len(); n != 0 {
+		t.Fatalf("%d renewals left", n)
+	}
+}
+
+// A writer's release wakes every waiting reader; the last reader's release
+// wakes a waiting writer. Re-checks are off: only messages can wake them.
+func TestRWWakeups(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	holder := newClient(t, r)
+	c := newClient(t, r)
+	c.cfg.recheck = time.Minute
+	w := holder.RWMutex("rw:wake")
+	if err := w.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	readers := make([]*RWMutex, n)
+	got := make(chan error, n)
+	for i := range readers {
+		readers[i] = c.RWMutex("rw:wake")
+		go func() { got <- readers[i].RLock(ctx) }()
+	}
+	time.Sleep(200 * time.Millisecond) // all subscribed and refused
+	start := time.Now()
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("readers woke %v after the write release", d)
+	}
+	wc := newClient(t, r)
+	wc.cfg.recheck = time.Minute
+	writer := wc.RWMutex("rw:wake")
+	wgot := make(chan error, 1)
+	go func() { wgot <- writer.Lock(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	start = time.Now()
+	for _, x := range readers {
+		if err := x.RUnlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-wgot; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("writer woke %v after the last read release", d)
+	}
+	if err := writer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The starvation promise: under a steady stream of overlapping readers (the
+// lock is never free), a writer gets in after the reads in progress end.
+func TestRWWriterNotStarved(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for i := range 4 {
+		c := newClient(t, r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond) // overlap the holds
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rw := c.RWMutex("rw:starve")
+				if err := rw.RLock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				reads.Add(1)
+				time.Sleep(40 * time.Millisecond)
+				if err := rw.RUnlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, "readers streaming", func() bool { return reads.Load() > 20 })
+	w := newClient(t, r).RWMutex("rw:starve")
+	start := time.Now()
+	ok, err := w.TryLock(ctx, 3*time.Second, 0)
+	waited := time.Since(start)
+	if ok {
+		if err := w.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if !ok || err != nil {
+		t.Fatalf("writer starved by readers: %v, %v after %v", ok, err, waited)
+	}
+	if waited > time.Second {
+		t.Fatalf("writer waited %v behind 40ms read holds", waited)
+	}
+}
+
+// A waiting writer that gives up lets the readers it held back in at once.
+func TestRWWriterLeaves(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	a, b := newClient(t, r), newClient(t, r)
+	b.cfg.recheck = time.Minute
+	r1 := a.RWMutex("rw:leave")
+	if err := r1.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wdone := make(chan error, 1)
+	go func() { wdone <- a.RWMutex("rw:leave").Lock(wctx) }()
+	rdb := rdbFor(t, r)
+	waitFor(t, "writer registered", func() bool { n, _ := rdb.ZCard(ctx, r1.r.ks.Writers).Result(); return n == 1 })
+	r2 := b.RWMutex("rw:leave")
+	rdone := make(chan error, 1)
+	go func() { rdone <- r2.RLock(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-rdone:
+		t.Fatalf("a new reader got in past a waiting writer: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-wdone; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-rdone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the reader was not woken when the writer left")
+	}
+	for _, x := range []*RWMutex{r1, r2} {
+		if err := x.RUnlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestContentionRW(t *testing.T) {
+	contend(t, func(c *Client, g, i int) familyHold {
+		rw := c.RWMutex("hot:rw")
+		if (g+i)%3 == 0 {
+			return familyHold{l: rw, token: rw.Token}
+		}
+		return familyHold{l: rw.RLocker(), shared: true}
+	})
+}

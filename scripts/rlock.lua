@@ -1,0 +1,37 @@
+-- rlock: take or re-enter the read side of a read-write lock.
+-- ARGV[1] owner '<client id>:<owner id>' (the read field)
+-- ARGV[2] write field '<owner>:write'
+-- ARGV[3] ttl in ms for this hold
+-- ARGV[4] the read hold count the caller believes it has
+-- ARGV[5] fencing counter ttl in ms
+-- Returns {1, count, token} when held (token 0 on re-entry), {0, pttl} when
+-- not, {-1} when the caller's hold is gone.
+local now = now_ms()
+rw_purge(now)
+local expected = tonumber(ARGV[4])
+local cnt = redis.call('hget', KEYS[1], ARGV[1])
+if cnt then
+  cnt = tonumber(cnt)
+  if cnt == expected and expected > 0 then
+    cnt = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+    rw_track(ARGV[1], now, ARGV[3])
+    return {1, cnt, 0}
+  end
+  if expected == 0 then
+    return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
+  end
+  return {1, cnt, 0}
+end
+if expected > 0 then return {-1} end
+local free = redis.call('exists', KEYS[1]) == 0
+local mode = redis.call('hget', KEYS[1], 'mode')
+-- A new reader joins readers only while no writer waits; the writer itself
+-- may take the read side (downgrade).
+if ((free or mode == 'read') and redis.call('zcard', KEYS[4]) == 0)
+   or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+  if free then redis.call('hset', KEYS[1], 'mode', 'read') end
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  rw_track(ARGV[1], now, ARGV[3])
+  return {1, 1, issue_token(ARGV[5])}
+end
+return {0, redis.call('pttl', KEYS[1])}

@@ -1,0 +1,56 @@
+-- Shared by the read-write lock scripts; prepended after lib.lua.
+--
+-- Key order in every read-write script:
+--   KEYS[1] the lock hash (the name itself). Redisson's RReadWriteLock layout:
+--           'mode' = 'read' | 'write', '<owner>' = read holds of that owner,
+--           '<owner>:write' = write holds of the writer.
+--   KEYS[2] the fencing counter          dlock:fence:{name}
+--   KEYS[3] read-hold deadlines          dlock:readers:{name}  (zset: owner -> server ms)
+--   KEYS[4] writers waiting              dlock:wwait:{name}    (zset: owner -> server ms)
+--   KEYS[5] this owner's release latch   dlock:latch:{name}:<owner>
+-- Deadlines are by the server's clock (TIME), never a client's.
+
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- rw_purge drops the read holds whose deadline passed (their owner crashed or
+-- stopped renewing: each share ends by its own deadline, whoever else renews)
+-- and the waiting writers that stopped re-checking.
+local function rw_purge(now)
+  local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+  if #dead > 0 then
+    for _, f in ipairs(dead) do redis.call('hdel', KEYS[1], f) end
+    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+    if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end
+  end
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
+end
+
+-- rw_extend makes the lock hash live at least ttl ms more; it never shortens
+-- it, so one hold's TTL never cuts another's.
+local function rw_extend(ttl)
+  if redis.call('pttl', KEYS[1]) < tonumber(ttl) then redis.call('pexpire', KEYS[1], ttl) end
+end
+
+-- rw_track records a read hold's deadline (never moving it earlier) and keeps
+-- the deadline set alive at least as long.
+local function rw_track(owner, now, ttl)
+  redis.call('zadd', KEYS[3], 'GT', now + tonumber(ttl), owner)
+  if redis.call('pttl', KEYS[3]) < tonumber(ttl) then redis.call('pexpire', KEYS[3], ttl) end
+  rw_extend(ttl)
+end
+
+-- rw_shrink fits the hash's TTL to its latest read deadline once only
+-- tracked readers are left in it.
+local function rw_shrink(now)
+  if redis.call('hget', KEYS[1], 'mode') ~= 'read' then return end
+  if redis.call('hlen', KEYS[1]) - 1 ~= redis.call('zcard', KEYS[3]) then return end
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  if last[2] then redis.call('pexpire', KEYS[1], math.max(tonumber(last[2]) - now, 1)) end
+end
+
+local function rw_channel()
+  return 'redisson_rwlock:{' .. KEYS[1] .. '}'
+end

@@ -1,0 +1,49 @@
+-- rwlock: take or re-enter the write side of a read-write lock.
+-- ARGV[1] owner '<client id>:<owner id>'
+-- ARGV[2] write field '<owner>:write'
+-- ARGV[3] ttl in ms for a new hold
+-- ARGV[4] the write hold count the caller believes it has
+-- ARGV[5] ms to stay registered as a waiting writer ('0': do not register)
+-- ARGV[6] fencing counter ttl in ms
+-- Returns {1, count, token} when held (token 0 on re-entry), {0, ms to wait}
+-- when not, {-1} when the caller's hold is gone, {-2} when the caller holds
+-- the read side only (an upgrade: refused, it could wait forever).
+local now = now_ms()
+rw_purge(now)
+local expected = tonumber(ARGV[4])
+local cnt = redis.call('hget', KEYS[1], ARGV[2])
+if cnt then
+  cnt = tonumber(cnt)
+  if cnt == expected and expected > 0 then
+    cnt = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    rw_extend(ARGV[3])
+    return {1, cnt, 0}
+  end
+  if expected == 0 then
+    -- Our own earlier call, resent.
+    redis.call('zrem', KEYS[4], ARGV[1])
+    return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
+  end
+  return {1, cnt, 0}
+end
+if expected > 0 then return {-1} end
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  redis.call('zrem', KEYS[4], ARGV[1])
+  return {1, 1, issue_token(ARGV[6])}
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then return {-2} end
+if ARGV[5] ~= '0' then
+  -- While registered, no new reader gets in: the writer is not starved.
+  redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[1])
+  redis.call('pexpire', KEYS[4], ARGV[5])
+end
+local ttl = redis.call('pttl', KEYS[1])
+if mode == 'read' then
+  -- The earliest read deadline: a crashed reader's share ends then.
+  local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
+  if first[2] then ttl = math.min(ttl, math.max(tonumber(first[2]) - now, 1)) end
+end
+return {0, ttl}

@@ -1,0 +1,47 @@
+-- rwunlock: undo one hold of either side of a read-write lock, or all of them.
+-- ARGV[1] the field: the owner for the read side, '<owner>:write' for the write side
+-- ARGV[2] the hold count the caller believes it has
+-- ARGV[3] request number of this call
+-- ARGV[4] latch ttl in ms
+-- ARGV[5] '1' to drop every hold of this side at once
+-- ARGV[6] 'r' or 'w': the side
+-- Returns {1, remaining count} or {0} when the caller holds nothing.
+--
+-- The last reader out publishes '0' (Redisson's unlock message: one waiter,
+-- a writer first, may go on); a writer's final release publishes '1'
+-- (Redisson's read-unlock message: every waiter may go on).
+local now = now_ms()
+rw_purge(now)
+local req = ARGV[6] .. ARGV[3]
+local cnt = redis.call('hget', KEYS[1], ARGV[1])
+local expected = tonumber(ARGV[2])
+if not cnt then
+  if redis.call('get', KEYS[5]) == req then return {1, 0} end
+  return {0}
+end
+cnt = tonumber(cnt)
+if ARGV[5] ~= '1' and cnt > 1 then
+  if cnt == expected - 1 then return {1, cnt} end
+  return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)}
+end
+redis.call('set', KEYS[5], req, 'PX', ARGV[4])
+redis.call('hdel', KEYS[1], ARGV[1])
+if ARGV[6] == 'r' then
+  redis.call('zrem', KEYS[3], ARGV[1])
+  if redis.call('hlen', KEYS[1]) <= 1 then
+    redis.call('del', KEYS[1])
+    redis.call('publish', rw_channel(), '0')
+  else
+    rw_shrink(now)
+  end
+  return {1, 0}
+end
+if redis.call('hlen', KEYS[1]) <= 1 then
+  redis.call('del', KEYS[1])
+else
+  -- The writer still has read holds (it downgraded): readers may join.
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  rw_shrink(now)
+end
+redis.call('publish', rw_channel(), '1')
+return {1, 0}
