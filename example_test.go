@@ -138,3 +138,29 @@ func ExampleRWMutex() {
 	// upgrade refused: true
 	// done
 }
+
+func ExampleMultiLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A transfer locks both accounts. Whatever the argument order, the locks
+	// are taken in sorted name order, so a transfer the other way round
+	// cannot deadlock with this one. A read lock on the rate table joins in.
+	ml := locks.MultiLock(
+		locks.Mutex("example:account:B"),
+		locks.Mutex("example:account:A"),
+		locks.RWMutex("example:rates").RLocker(),
+	)
+	ok, err := ml.TryLock(ctx, 2*time.Second, 0) // one 2s budget for all three
+	if err != nil || !ok {
+		log.Fatal("busy or failed: ", err)
+	}
+	fmt.Println(ml.Names())
+	if err := ml.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: [example:account:A example:account:B example:rates]
+}

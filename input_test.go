@@ -156,7 +156,8 @@ func FuzzInput(f *testing.F) {
 	})
 }
 
-// FuzzRWInput feeds names and durations to the read-write lock: against an unreachable server every call fails, bad input with
+// FuzzRWInput feeds names and durations to the read-write lock and to
+// MultiLock: against an unreachable server every call fails, bad input with
 // ErrInvalidArgument, and nothing panics.
 func FuzzRWInput(f *testing.F) {
 	f.Add("rw", int64(0), int64(0), "other")
@@ -191,6 +192,14 @@ func FuzzRWInput(f *testing.F) {
 		check("TryLock", ok, err)
 		check("RUnlock", false, rw.RUnlock(ctx))
 		check("Unlock", false, rw.Unlock(ctx))
+		ml := c.MultiLock(c.Mutex(other), rw.RLocker(), c.FairMutex(name+"x"))
+		ok, err = ml.TryLock(ctx, w, l)
+		if ok || err == nil {
+			t.Fatalf("MultiLock: %v, %v from an unreachable server", ok, err)
+		}
+		if (bad || keysInvalid(other) || other == name || other == name+"x") && !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("MultiLock with names %q, %q: %v", name, other, err)
+		}
 	})
 }
 

@@ -6,7 +6,8 @@ import (
 )
 
 // Locker is what every dlock lock offers: *Mutex, *FairMutex, *RWMutex (its
-// write side), RWMutex.RLocker() (its read side) and *MultiLock. The methods
+// write side), RWMutex.RLocker() (its read side) and *MultiLock. All but
+// MultiLock also have Name, by which a MultiLock orders its members. The methods
 // mean what they mean on Mutex: wait <= 0 is one attempt, lease <= 0 is
 // watchdog mode, (false, nil) is a wait that ran out.
 type Locker interface {

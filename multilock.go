@@ -1,0 +1,219 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// MultiLock takes several locks as one, all or nothing, Redisson's
+// RMultiLock. Its members are any of dlock's named lockers: *Mutex,
+// *FairMutex, *RWMutex (its write side) and RWMutex.RLocker() (its read
+// side), in any mix.
+//
+// # Guarantees
+//
+//   - Sorted order: members are always taken in ascending name order,
+//     whatever order they were passed in, and released in the reverse order.
+//     Two MultiLocks over overlapping sets ({A,B} and {B,A}) therefore never
+//     deadlock each other: the classic ordered-locking rule, applied for you.
+//   - All or nothing: when a member cannot be taken (the wait ran out, ctx was
+//     cancelled, Redis failed), the members already taken are released before
+//     TryLock or Lock returns; it never returns holding some of them.
+//   - One wait budget: TryLock's wait covers the whole acquisition; each
+//     member gets what is left of it (at least one attempt each).
+//   - No cross-slot script: each member is taken by its own script call, so
+//     members may live in different Redis Cluster slots.
+//
+// Each member keeps its own renewal, fencing token and loss signal (ask the
+// member). With a lease, each member's lease starts at its own grant.
+// Holding taken members while waiting for the next is safe because of the
+// sorted order; it is not all-at-once atomic: another process may see some
+// members held for a moment before this one gives them back.
+//
+// MultiLock keeps no Redis state of its own.
+type MultiLock struct {
+	c       *Client
+	name    string // the members' names, sorted, joined by ","
+	members []namedLocker
+	err     error // bad construction, reported by every call
+}
+
+// namedLocker is a Locker with a name to sort by.
+type namedLocker interface {
+	Locker
+	Name() string
+}
+
+// MultiLock returns a lock over locks, taken all or nothing in sorted name
+// order. Each member must be a dlock lock handle of this or another Client,
+// with a distinct name. Bad members (none, nil, an invalid or repeated name,
+// a Locker that is not one of dlock's named locks, such as a MultiLock) are
+// reported with ErrInvalidArgument by the first call, before any network call.
+func (c *Client) MultiLock(locks ...Locker) *MultiLock {
+	ml := &MultiLock{c: c}
+	if len(locks) == 0 {
+		ml.err = fmt.Errorf("%w: a MultiLock needs at least one lock", ErrInvalidArgument)
+		return ml
+	}
+	ml.members = make([]namedLocker, 0, len(locks))
+	for i, l := range locks {
+		n, ok := l.(namedLocker)
+		if !ok || n == nil || isNilLocker(n) {
+			ml.err = fmt.Errorf("%w: MultiLock member %d is nil or not a dlock lock handle", ErrInvalidArgument, i)
+			return ml
+		}
+		if err := keys.Validate(n.Name()); err != nil {
+			ml.err = fmt.Errorf("%w: MultiLock member %d: %w", ErrInvalidArgument, i, err)
+			return ml
+		}
+		ml.members = append(ml.members, n)
+	}
+	slices.SortStableFunc(ml.members, func(a, b namedLocker) int { return strings.Compare(a.Name(), b.Name()) })
+	names := make([]string, len(ml.members))
+	for i, m := range ml.members {
+		names[i] = m.Name()
+		if i > 0 && names[i] == names[i-1] {
+			ml.err = fmt.Errorf("%w: MultiLock has %q twice", ErrInvalidArgument, names[i])
+			return ml
+		}
+	}
+	ml.name = strings.Join(names, ",")
+	return ml
+}
+
+func isNilLocker(n namedLocker) bool {
+	switch x := n.(type) {
+	case *Mutex:
+		return x == nil
+	case *FairMutex:
+		return x == nil
+	case *RWMutex:
+		return x == nil
+	case *readLocker:
+		return x == nil || x.rw == nil
+	}
+	return false
+}
+
+// Names returns the members' names in the order they are taken.
+func (ml *MultiLock) Names() []string {
+	out := make([]string, len(ml.members))
+	for i, m := range ml.members {
+		out[i] = m.Name()
+	}
+	return out
+}
+
+func (ml *MultiLock) check(ctx context.Context, lease time.Duration) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case ml.err != nil:
+		return ml.err
+	case lease > 0 && lease < time.Millisecond:
+		return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, lease)
+	case ml.c.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+// TryLock takes every member, waiting up to wait in all; see Mutex.TryLock
+// for wait and lease. It returns (false, nil) when the wait ran out, having
+// released whatever it took.
+func (ml *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := ml.check(ctx, lease); err != nil {
+		return false, err
+	}
+	return ml.acquire(ctx, wait, lease, false)
+}
+
+// Lock takes every member in watchdog mode, waiting as long as it takes or
+// until ctx is done (then it releases whatever it took and returns ctx's
+// error).
+func (ml *MultiLock) Lock(ctx context.Context) error {
+	if err := ml.check(ctx, 0); err != nil {
+		return err
+	}
+	_, err := ml.acquire(ctx, 0, 0, true)
+	return err
+}
+
+func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
+	start := time.Now()
+	if len(ml.c.cfg.observers) > 0 {
+		finish := ml.c.observeAcquire(ctx, KindMulti, ml.name)
+		defer func() {
+			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil,
+				Err: err, Waited: time.Since(start)})
+		}()
+	}
+	deadline := start.Add(wait)
+	for i, m := range ml.members {
+		if forever {
+			err = m.Lock(ctx)
+			ok = err == nil
+		} else {
+			left := time.Duration(0)
+			if wait > 0 {
+				left = max(time.Until(deadline), 0)
+			}
+			ok, err = m.TryLock(ctx, left, lease)
+		}
+		if !ok || err != nil {
+			if rerr := ml.release(ctx, ml.members[:i]); rerr != nil && err == nil {
+				err = rerr
+			}
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Unlock releases one hold of every member, in reverse order, and returns
+// their errors joined (ErrNotHeld for members not held).
+func (ml *MultiLock) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if ml.err != nil {
+		return ml.err
+	}
+	var final func(Release)
+	if len(ml.c.cfg.observers) > 0 {
+		final = ml.c.observeRelease(ctx, KindMulti, ml.name)
+	}
+	var errs []error
+	for i := len(ml.members) - 1; i >= 0; i-- {
+		if err := ml.members[i].Unlock(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ml.members[i].Name(), err))
+		}
+	}
+	err := errors.Join(errs...)
+	if final != nil {
+		final(Release{Kind: KindMulti, Name: ml.name, Final: true, Err: err})
+	}
+	return err
+}
+
+// release gives back taken members after a failed acquisition, even when
+// ctx is cancelled, within the close timeout.
+func (ml *MultiLock) release(ctx context.Context, taken []namedLocker) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ml.c.cfg.closeBudget)
+	defer cancel()
+	var errs []error
+	for i := len(taken) - 1; i >= 0; i-- {
+		if err := taken[i].Unlock(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", taken[i].Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var _ Locker = (*MultiLock)(nil)

@@ -1,0 +1,188 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The seeds' deadlock trap: one process takes {A, B}, another {B, A}, over
+// and over. Taken in the given order, they deadlock; MultiLock sorts them.
+func TestMultiLockOppositeOrdersNeverDeadlock(t *testing.T) {
+	r := testenvRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, b := newClient(t, r), newClient(t, r)
+	const rounds = 100
+	var wg sync.WaitGroup
+	for i, order := range [][2]string{{"trap:A", "trap:B"}, {"trap:B", "trap:A"}} {
+		c := []*Client{a, b}[i]
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ml := c.MultiLock(c.Mutex(order[0]), c.Mutex(order[1]))
+					if err := ml.Lock(ctx); err != nil {
+						t.Errorf("order %v: %v (deadlocked?)", order, err)
+						return
+					}
+					if err := ml.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	ml := a.MultiLock(a.Mutex("z"), a.Mutex("b"), a.RWMutex("m").RLocker())
+	if got := ml.Names(); !slices.Equal(got, []string{"b", "m", "z"}) {
+		t.Fatalf("Names = %v, want sorted", got)
+	}
+}
+
+// On partial failure nothing stays held, and the wait is one budget for
+// all members.
+func TestMultiLockAllOrNothing(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	a, b := newClient(t, r), newClient(t, r)
+	held := b.Mutex("aon:c")
+	mustLock(t, held)
+	ml := a.MultiLock(a.Mutex("aon:b"), a.FairMutex("aon:a"), a.Mutex("aon:c"))
+	start := time.Now()
+	ok, err := ml.TryLock(ctx, 300*time.Millisecond, 0)
+	if ok || err != nil {
+		t.Fatalf("TryLock with a member held elsewhere = %v, %v", ok, err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > time.Second {
+		t.Fatalf("gave up after %v, want the 300ms budget", d)
+	}
+	rdb := rdbFor(t, r)
+	if n, _ := rdb.Exists(ctx, "aon:a", "aon:b").Result(); n != 0 {
+		t.Fatalf("%d members left held after a failed TryLock", n)
+	}
+	// Two members held elsewhere: still one budget, not one per member.
+	held2 := b.Mutex("aon:a")
+	mustLock(t, held2)
+	start = time.Now()
+	if ok, err := ml.TryLock(ctx, 300*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	if d := time.Since(start); d > 550*time.Millisecond {
+		t.Fatalf("two blocked members took %v of a 300ms budget", d)
+	}
+	// A cancelled Lock also gives everything back.
+	mustUnlock(t, held2)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := ml.Lock(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a held member = %v", err)
+	}
+	if n, _ := rdb.Exists(ctx, "aon:a", "aon:b").Result(); n != 0 {
+		t.Fatalf("%d members left held after a cancelled Lock", n)
+	}
+	mustUnlock(t, held)
+	if ok, err := ml.TryLock(ctx, time.Second, 0); !ok || err != nil {
+		t.Fatalf("TryLock on free members = %v, %v", ok, err)
+	}
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, "aon:a", "aon:b", "aon:c").Result(); n != 0 {
+		t.Fatalf("%d members held after Unlock", n)
+	}
+}
+
+// A Mutex and a read lock in one MultiLock: the read member shares with
+// other readers and excludes a writer.
+func TestMultiLockMixedKinds(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	a, b := newClient(t, r), newClient(t, r)
+	reader := b.RWMutex("mix:rw")
+	if err := reader.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rw := a.RWMutex("mix:rw")
+	ml := a.MultiLock(rw.RLocker(), a.Mutex("mix:m"))
+	if ok, err := ml.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("Mutex + read lock beside another reader = %v, %v", ok, err)
+	}
+	if rw.RToken() == 0 {
+		t.Fatal("read member has no token")
+	}
+	if ok, err := b.RWMutex("mix:rw").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("writer beside the MultiLock's read member = %v, %v", ok, err)
+	}
+	if ok, err := b.Mutex("mix:m").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("Mutex member taken twice = %v, %v", ok, err)
+	}
+	if err := ml.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := b.RWMutex("mix:rw")
+	if ok, err := w.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("writer after all readers left = %v, %v", ok, err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMultiLockBadInput(t *testing.T) {
+	c, err := New(unreachable(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var nilMutex *Mutex
+	for i, ml := range []*MultiLock{
+		c.MultiLock(),
+		c.MultiLock(nil),
+		c.MultiLock(nilMutex),
+		c.MultiLock(c.Mutex("a"), c.Mutex("a")),
+		c.MultiLock(c.Mutex("a"), c.RWMutex("a").RLocker()),
+		c.MultiLock(c.Mutex("")),
+		c.MultiLock(c.Mutex("a"), c.MultiLock(c.Mutex("b"))),
+	} {
+		_, e1 := ml.TryLock(ctx, time.Second, 0)
+		e2 := ml.Lock(ctx)
+		e3 := ml.Unlock(ctx)
+		for j, err := range []error{e1, e2, e3} {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("MultiLock %d, call %d: %v, want ErrInvalidArgument", i, j, err)
+			}
+		}
+	}
+	ml := c.MultiLock(c.Mutex("a"))
+	if _, err := ml.TryLock(ctx, 0, time.Microsecond); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("sub-millisecond lease: %v", err)
+	}
+}
+
+func TestContentionMulti(t *testing.T) {
+	contend(t, func(c *Client, g, i int) familyHold {
+		names := []string{"hot:m1", "hot:m2", "hot:m3"}
+		if (g+i)%2 == 1 {
+			slices.Reverse(names)
+		}
+		var ls []Locker
+		for _, n := range names {
+			if n == "hot:m2" {
+				ls = append(ls, c.FairMutex(n))
+			} else {
+				ls = append(ls, c.Mutex(n))
+			}
+		}
+		return familyHold{l: c.MultiLock(ls...)}
+	})
+}
