@@ -164,3 +164,21 @@ func ExampleMultiLock() {
 	}
 	// Output: [example:account:A example:account:B example:rates]
 }
+
+func ExampleRead() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Readers of a config share the lock; a writer (dlock.Write()) excludes them.
+	err := locks.WithLock(ctx, "example:config", func(ctx context.Context) error {
+		fmt.Println("reading")
+		return nil
+	}, dlock.Read(), dlock.WaitTime(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: reading
+}

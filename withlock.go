@@ -12,7 +12,30 @@ type LockOption func(*lockConfig) error
 type lockConfig struct {
 	wait  time.Duration
 	lease time.Duration
+	kind  Kind // KindMutex unless Fair, Read or Write
 }
+
+func (c *lockConfig) setKind(k Kind) error {
+	if c.kind != KindMutex && c.kind != k {
+		return fmt.Errorf("%w: lock options %s and %s exclude each other", ErrInvalidArgument, c.kind, k)
+	}
+	c.kind = k
+	return nil
+}
+
+// Fair makes WithLock take a FairMutex: the lock is granted in arrival order
+// across processes. Not with Read or Write.
+func Fair() LockOption { return func(c *lockConfig) error { return c.setKind(KindFair) } }
+
+// Read makes WithLock take the read side of the RWMutex name: fn runs
+// alongside other readers, never alongside a writer. Not with Fair or Write.
+func Read() LockOption { return func(c *lockConfig) error { return c.setKind(KindRead) } }
+
+// Write makes WithLock take the write side of the RWMutex name: fn runs
+// alone, and waiting writers hold new readers back. Not with Fair or Read.
+// (Without Read or Write, WithLock takes a Mutex, which does not exclude
+// RWMutex holders of the same name: use the same kind for one name.)
+func Write() LockOption { return func(c *lockConfig) error { return c.setKind(KindWrite) } }
 
 // DefaultWaitTime is how long WithLock waits for the lock unless WaitTime
 // says otherwise.
@@ -47,6 +70,7 @@ func LeaseTime(d time.Duration) LockOption {
 }
 
 // WithLock runs fn while holding the lock name, the everyday way to use dlock.
+// It takes a Mutex unless an option (Fair, Read, Write) chooses another kind.
 // It waits for the lock up to the wait time (default 10s) and returns
 // ErrWaitTimeout if it did not get it. fn runs with a context that is
 // cancelled, with cause ErrLockLost, if the hold is lost (and when the
@@ -58,7 +82,7 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg := lockConfig{wait: DefaultWaitTime}
+	cfg := lockConfig{wait: DefaultWaitTime, kind: KindMutex}
 	for i, o := range opts {
 		if o == nil {
 			return fmt.Errorf("%w: lock option %d is nil", ErrInvalidArgument, i)
@@ -67,7 +91,17 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 			return err
 		}
 	}
-	m := c.Mutex(name)
+	var m *Mutex
+	switch cfg.kind {
+	case KindFair:
+		m = &c.FairMutex(name).Mutex
+	case KindRead:
+		m = &c.RWMutex(name).r
+	case KindWrite:
+		m = &c.RWMutex(name).w
+	default:
+		m = c.Mutex(name)
+	}
 	ok, err := m.TryLock(ctx, cfg.wait, cfg.lease)
 	if err != nil {
 		return err

@@ -1,0 +1,70 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestWithLockKinds(t *testing.T) {
+	c, other := newClient(t, shared), newClient(t, shared)
+	ctx := ctxT(t)
+
+	// Read: two readers inside at once, a writer excluded meanwhile.
+	var wg sync.WaitGroup
+	inside := make(chan struct{}, 2)
+	release := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.WithLock(ctx, "wl:rw", func(context.Context) error {
+				inside <- struct{}{}
+				<-release
+				return nil
+			}, Read())
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	<-inside
+	<-inside // both readers at once
+	err := other.WithLock(ctx, "wl:rw", func(context.Context) error { return nil }, Write(), WaitTime(50*time.Millisecond))
+	if !errors.Is(err, ErrWaitTimeout) {
+		t.Fatalf("Write beside readers = %v, want ErrWaitTimeout", err)
+	}
+	close(release)
+	wg.Wait()
+	ran := false
+	if err := other.WithLock(ctx, "wl:rw", func(ctx context.Context) error {
+		ran = true
+		if ok, _ := c.RWMutex("wl:rw").TryRLock(ctx, 0, 0); ok {
+			t.Error("a reader got in beside WithLock(Write())")
+		}
+		return nil
+	}, Write()); err != nil || !ran {
+		t.Fatalf("Write after the readers = %v (ran %v)", err, ran)
+	}
+
+	// Fair: a fair lock, held inside fn.
+	if err := c.WithLock(ctx, "wl:fair", func(ctx context.Context) error {
+		if ok, _ := other.FairMutex("wl:fair").TryLock(ctx, 0, 0); ok {
+			t.Error("fair lock not held inside WithLock(Fair())")
+		}
+		return nil
+	}, Fair()); err != nil {
+		t.Fatal(err)
+	}
+
+	for i, opts := range [][]LockOption{{Fair(), Read()}, {Read(), Write()}, {Write(), Fair()}} {
+		if err := c.WithLock(ctx, "wl:bad", func(context.Context) error { return nil }, opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("conflicting options %d: %v", i, err)
+		}
+	}
+	if err := c.WithLock(ctx, "wl:same", func(context.Context) error { return nil }, Read(), Read()); err != nil {
+		t.Errorf("Read twice: %v", err)
+	}
+}
