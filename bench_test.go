@@ -37,17 +37,38 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkHotKey has W goroutines, each with its own Client (a process of
-// its own, as far as Redis can tell), take one lock in turn and hold it for
+// its own, as far as Redis can tell), take one Mutex in turn and hold it for
 // 1ms. It reports Redis commands per grant (Lua-internal calls included) and
 // the hand-off gap between a release and the next grant.
-func BenchmarkHotKey(b *testing.B) {
+func BenchmarkHotKey(b *testing.B) { benchHotKey(b, hotMutex) }
+
+// BenchmarkHotKeyFair is BenchmarkHotKey with a FairMutex.
+func BenchmarkHotKeyFair(b *testing.B) { benchHotKey(b, hotFair) }
+
+// BenchmarkHotKeySpin is BenchmarkHotKey in spin mode (WithSpin(1ms, 128ms)):
+// polling instead of pub/sub and hand-off.
+func BenchmarkHotKeySpin(b *testing.B) { benchHotKey(b, hotSpin) }
+
+type hotMode int
+
+const (
+	hotMutex hotMode = iota
+	hotFair
+	hotSpin
+)
+
+func benchHotKey(b *testing.B, mode hotMode) {
 	for _, w := range []int{10, 100} {
 		b.Run(fmt.Sprintf("waiters=%d", w), func(b *testing.B) {
 			r := testenvRedis(b)
 			ctx := context.Background()
 			clients := make([]*Client, w)
+			var opts []Option
+			if mode == hotSpin {
+				opts = append(opts, WithSpin(time.Millisecond, 128*time.Millisecond))
+			}
 			for i := range clients {
-				clients[i] = newClient(b, r)
+				clients[i] = newClient(b, r, opts...)
 			}
 			var mu sync.Mutex
 			var lastRelease time.Time
@@ -63,7 +84,10 @@ func BenchmarkHotKey(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					m := c.Mutex("bench:hot")
+					var m Locker = c.Mutex("bench:hot")
+					if mode == hotFair {
+						m = c.FairMutex("bench:hot")
+					}
 					for grants.Add(1) <= total {
 						if err := m.Lock(ctx); err != nil {
 							b.Error(err)
