@@ -362,3 +362,32 @@ func TestContentionRW(t *testing.T) {
 		return familyHold{l: rw.RLocker(), shared: true}
 	})
 }
+
+// Close releases read and write holds (a downgraded writer's too).
+func TestRWClose(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	c, err := New(rdbFor(t, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, wr := c.RWMutex("rw:close:r"), c.RWMutex("rw:close:w")
+	if err := rd.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wr.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wr.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdbFor(t, r).Exists(ctx, "rw:close:r", "rw:close:w").Result(); n != 0 {
+		t.Fatalf("%d read-write locks still held after Close", n)
+	}
+}
