@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// Every peer closes cleanly (go-redis pools, rueidis pipes, redsync and
+// redislock have no goroutines of their own), so no goroutine is ignored.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startTestRedis starts a private redis-server for one test.
+func startTestRedis(t *testing.T) *redisServer {
+	t.Helper()
+	bin := findBin("", "redis-server")
+	if bin == "" {
+		t.Fatal("redis-server not found in PATH or /usr/bin (Debian: apt-get install redis-server)")
+	}
+	srv, err := startRedis(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	if srv.Port == 6379 {
+		t.Fatal("the bench must never use port 6379")
+	}
+	return srv
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// brokenLib "locks" without locking: the harness must catch it.
+type brokenLib struct{}
+
+func (brokenLib) Name() string                     { return "broken" }
+func (brokenLib) NewClient(string) (Client, error) { return brokenClient{}, nil }
+
+type brokenClient struct{}
+
+func (brokenClient) Acquire(ctx context.Context, _ string) (func(context.Context) error, error) {
+	return func(context.Context) error { return nil }, ctx.Err()
+}
+
+func (brokenClient) Close() error { return nil }
+
+func TestHotkeyEveryLib(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	const W, K = 3, 5
+	for _, lib := range registry {
+		for _, shared := range []bool{false, true} {
+			cfg := HotkeyConfig{W: W, K: K, Hold: 2 * time.Millisecond, Shared: shared}
+			t.Run(lib.Name()+"/"+cfg.Mode(), func(t *testing.T) {
+				r, err := runHotkey(ctx, srv, lib, cfg, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Grants != W*K || r.Expected != W*K {
+					t.Errorf("grants = %d (expected %d), want %d; first error %q", r.Grants, r.Expected, W*K, r.FirstError)
+				}
+				if r.Violations != 0 || r.Overlaps != 0 || r.MaxInCS != 1 {
+					t.Errorf("violations %d overlaps %d max in CS %d, want 0 0 1", r.Violations, r.Overlaps, r.MaxInCS)
+				}
+				if r.AcquireErrors != 0 || r.ReleaseErrors != 0 {
+					t.Errorf("errors: acquire %d release %d (%s)", r.AcquireErrors, r.ReleaseErrors, r.FirstError)
+				}
+				// At least the winning SET and the release's DEL per grant.
+				if r.CmdsPerGrant < 2 || r.Commands <= 0 {
+					t.Errorf("commands per grant = %v (total %d), want >= 2", r.CmdsPerGrant, r.Commands)
+				}
+				if r.CommandStats["config|resetstat"] != 0 || r.CommandStats["info"] != 0 {
+					t.Errorf("the bench's own RESETSTAT/INFO leaked into the counts: %v", r.CommandStats)
+				}
+				if r.GapP50Ms <= 0 || r.WaitP99Ms < r.WaitP50Ms || r.GapP99Ms < r.GapP50Ms {
+					t.Errorf("implausible latencies: gap p50 %v p99 %v, wait p50 %v p99 %v", r.GapP50Ms, r.GapP99Ms, r.WaitP50Ms, r.WaitP99Ms)
+				}
+				if r.HoldMeanMs < 2 {
+					t.Errorf("mean hold %v ms, want >= 2", r.HoldMeanMs)
+				}
+				if p := r.Problems(); len(p) != 0 {
+					t.Errorf("problems: %v", p)
+				}
+			})
+		}
+	}
+}
+
+func TestBrokenLockIsDetected(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	r, err := runHotkey(ctx, srv, brokenLib{}, HotkeyConfig{W: 3, K: 5, Hold: 5 * time.Millisecond}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Violations == 0 || r.MaxInCS < 2 {
+		t.Fatalf("a lock that does not lock went undetected: violations %d, max in CS %d", r.Violations, r.MaxInCS)
+	}
+	if r.Overlaps == 0 {
+		t.Errorf("overlap check missed the broken lock")
+	}
+	if p := r.Problems(); len(p) == 0 || !strings.Contains(p[0], "MUTUAL EXCLUSION VIOLATED") {
+		t.Errorf("Problems() = %v, want an exclusion violation", p)
+	}
+
+	// The suite reports it as an error (non-empty Problems => exit 1), in
+	// the output files too.
+	var progress bytes.Buffer
+	rep := runSuite(ctx, srv, []Lib{brokenLib{}}, SuiteConfig{Reps: 1, Hotkey: true, HotkeyW: []int{3}, HotkeyGrants: 15, HotkeyModes: []bool{false}, Hold: 5 * time.Millisecond}, &progress)
+	if len(rep.Problems) == 0 || !strings.Contains(progress.String(), "ERROR:") {
+		t.Fatalf("suite did not report the violation; problems %v, progress:\n%s", rep.Problems, progress.String())
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	if !strings.Contains(md.String(), "MUTUAL EXCLUSION VIOLATED") {
+		t.Errorf("RESULTS.md does not show the violation:\n%s", md.String())
+	}
+}
+
+func TestUncontendedEveryLib(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	for _, lib := range registry {
+		t.Run(lib.Name(), func(t *testing.T) {
+			r, err := runUncontended(ctx, srv, lib, UncontendedConfig{G: 2, Duration: 100 * time.Millisecond}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Pairs <= 0 || r.PairsPerS <= 0 || r.AllocsPair <= 0 || r.CmdsPair < 2 || r.PairP50Us <= 0 {
+				t.Errorf("implausible run: %+v", r)
+			}
+			if p := r.Problems(); len(p) != 0 {
+				t.Errorf("problems: %v", p)
+			}
+		})
+	}
+}
+
+func TestCommandsSinceResetCountsExactly(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil { // dial before the reset
+		t.Fatal(err)
+	}
+	for round := 0; round < 3; round++ {
+		if err := srv.ResetStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rdb.Eval(ctx, `redis.call("SET", KEYS[1], "v"); return redis.call("GET", KEYS[1])`, []string{"k"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, total, err := srv.CommandsSinceReset(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 5 PING + EVAL + the SET and GET inside the script.
+		if total != 8 || cmds["ping"] != 5 || cmds["eval"] != 1 || cmds["set"] != 1 || cmds["get"] != 1 {
+			t.Fatalf("round %d: total %d, %v; want 8 (ping 5, eval 1, set 1, get 1)", round, total, cmds)
+		}
+	}
+}
+
+func TestCeiling(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	cfg := CeilingConfig{PingDuration: 100 * time.Millisecond, BenchBin: findBin("", "redis-benchmark"), BenchN: 2000, BenchClients: []int{1, 4}}
+	if cfg.BenchBin == "" {
+		t.Log("redis-benchmark not found: testing the Go PING part only")
+	}
+	r, err := runCeiling(ctx, srv, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GoPings == 0 || r.GoPingP50Us <= 0 || r.GoPingP99Us < r.GoPingP50Us {
+		t.Errorf("implausible Go PING: %+v", r)
+	}
+	if cfg.BenchBin != "" {
+		if len(r.Bench) != 6 {
+			t.Fatalf("redis-benchmark lines = %+v, want 3 tests x 2 client counts", r.Bench)
+		}
+		for _, b := range r.Bench {
+			if b.RPS <= 0 || b.P50Ms <= 0 {
+				t.Errorf("bad line %+v", b)
+			}
+		}
+	}
+}
+
+func TestParseRedisBenchmark(t *testing.T) {
+	out := "PING_INLINE: rps=0.0 (overall: 7000.0) avg_msec=0.071 (overall: 0.071)\r          \r" +
+		"PING_INLINE: 13063.36 requests per second, p50=0.071 msec                    \n" +
+		"PING_MBULK: rps=12084.0 (overall: 12063.7) avg_msec=0.078\r" +
+		"PING_MBULK: 13586.96 requests per second, p50=0.071 msec\n" +
+		"SET: 13642.57 requests per second, p50=0.079 msec\n"
+	got := parseRedisBenchmark(out, 16)
+	want := []BenchLine{{16, "PING_INLINE", 13063.36, 0.071}, {16, "PING_MBULK", 13586.96, 0.071}, {16, "SET", 13642.57, 0.079}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_set:calls=12,usec=30,usec_per_call=2.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_client|setinfo:calls=2,usec=3,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n"
+	got, err := parseCommandStats(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["set"] != 12 || got["client|setinfo"] != 2 {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestHistQuantiles(t *testing.T) {
+	h := new(hist)
+	var xs []time.Duration
+	for i := 1; i <= 10000; i++ {
+		d := time.Duration(i) * time.Microsecond
+		h.Record(d)
+		xs = append(xs, d)
+	}
+	for _, q := range []float64{0.01, 0.5, 0.99, 1} {
+		exact := quantile(xs, q)
+		got := h.Quantile(q)
+		if rel := float64(got-exact) / float64(exact); rel > 0.02 || rel < -0.02 {
+			t.Errorf("q%.2f: hist %v, exact %v", q, got, exact)
+		}
+	}
+	for v := int64(0); v < 1<<20; v = v*3/2 + 1 {
+		if got := histValue(histIndex(v)); float64(got-v) > 0.02*float64(v)+1 || float64(v-got) > 0.02*float64(v)+1 {
+			t.Fatalf("bucket of %d has value %d", v, got)
+		}
+	}
+}
+
+func TestRotate(t *testing.T) {
+	libs := []Lib{spinLib{1}, spinLib{2}, spinLib{3}}
+	for i := range 3 {
+		r := rotate(libs, i)
+		if len(r) != 3 || r[0] != libs[i] {
+			t.Fatalf("rotate(%d) = %v", i, names(r))
+		}
+	}
+}
+
+func TestSuiteWritesOutputs(t *testing.T) {
+	srv := startTestRedis(t)
+	ctx := testCtx(t)
+	libs, unknown := selectLibs("spin-1ms,redislock")
+	if len(unknown) != 0 || len(libs) != 2 {
+		t.Fatalf("selectLibs: %v %v", names(libs), unknown)
+	}
+	cfg := SuiteConfig{
+		Reps:        2,
+		Uncontended: true, UncontendedG: []int{1}, UncontendedD: 50 * time.Millisecond,
+		Hotkey: true, HotkeyW: []int{3}, HotkeyGrants: 9, HotkeyModes: []bool{false, true}, Hold: time.Millisecond,
+		Ceiling: true, CeilCfg: CeilingConfig{PingDuration: 50 * time.Millisecond, BenchN: 500, BenchClients: []int{1}, BenchBin: findBin("", "redis-benchmark")}, BenchReps: 1,
+	}
+	var progress bytes.Buffer
+	rep := runSuite(ctx, srv, libs, cfg, &progress)
+	if len(rep.Problems) != 0 {
+		t.Fatalf("problems: %v\n%s", rep.Problems, progress.String())
+	}
+	if len(rep.Hotkey) != 4 || len(rep.Uncontended) != 2 || rep.Ceiling == nil {
+		t.Fatalf("groups: hotkey %d uncontended %d ceiling %v", len(rep.Hotkey), len(rep.Uncontended), rep.Ceiling != nil)
+	}
+	for _, g := range rep.Hotkey {
+		if len(g.Runs) != 2 || g.Grants != 2*9 || g.CmdsPerGrant.Median <= 0 || g.CmdsPerGrant.Min > g.CmdsPerGrant.Max {
+			t.Errorf("group %s W=%d %s: %d runs, %d grants, cmds %+v", g.Lib, g.W, g.Mode, len(g.Runs), g.Grants, g.CmdsPerGrant)
+		}
+	}
+	// Rotating order: rep 1 starts with spin-1ms, rep 2 with redislock.
+	if !strings.Contains(progress.String(), "spin-1ms     rep 1/2") || strings.Index(progress.String(), "redislock    rep 2/2") > strings.Index(progress.String(), "spin-1ms     rep 2/2") {
+		t.Errorf("libs not rotated between reps:\n%s", progress.String())
+	}
+	dir := t.TempDir()
+	if err := writeOutputs(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
+	for _, want := range []string{"CPU cores", "Redis | " + srv.Version, "W=3, K=3, separate", "spin-1ms", "redislock", "v0.9.4", "pairs/s", "PING"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("RESULTS.md lacks %q", want)
+		}
+	}
+	var back Report
+	js, _ := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Hotkey) != 4 || back.Meta.NumCPU == 0 {
+		t.Errorf("results.json: %v, %d hotkey groups", err, len(back.Hotkey))
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "results.svg"))
+	if !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte(">redislock<")) || !bytes.Contains(svg, []byte("</svg>")) {
+		t.Errorf("results.svg malformed:\n%s", svg)
+	}
+}

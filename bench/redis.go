@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisServer is a private redis-server started by the bench on a free
+// loopback port, without persistence. It is never the shared instance on
+// 6379.
+type redisServer struct {
+	Addr    string
+	Port    int
+	Version string
+
+	cmd     *exec.Cmd
+	dir     string
+	logFile *os.File
+	admin   *redis.Client // separate connection for INFO / CONFIG RESETSTAT / FLUSHALL
+
+	exited   chan error // receives cmd.Wait's result
+	stopOnce sync.Once
+
+	mu       sync.Mutex
+	baseline map[string]int64 // commandstats right after RESETSTAT (the bench's own calls)
+}
+
+// freeLoopbackPort asks the kernel for a free port on 127.0.0.1 (":0"
+// trick) and releases it for redis-server to bind.
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startRedis starts redis-server (binary path bin) and waits until it
+// answers PING. It retries with a new port if the port was taken in between.
+func startRedis(bin string) (*redisServer, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s, err := startRedisOnce(bin)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func startRedisOnce(bin string) (*redisServer, error) {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	if port == 6379 {
+		return nil, errors.New("refusing port 6379 (shared instance)")
+	}
+	dir, err := os.MkdirTemp("", "dlock-bench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "redis.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", dir,
+		"--databases", "1",
+		"--maxclients", "20000",
+	)
+	cmd.Stdout = logFile // *os.File: no copying goroutine
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = childProcAttr()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, dir: dir, logFile: logFile}
+	s.admin = redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 1, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := s.admin.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case werr := <-exited:
+			s.admin.Close()
+			logFile.Close()
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("redis-server exited (%v): %s", werr, lastLines(string(log), 5))
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.kill(exited)
+			return nil, fmt.Errorf("redis-server on %s did not answer PING: %v", s.Addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.exited = exited
+	info, err := s.admin.Info(context.Background(), "server").Result()
+	if err == nil {
+		s.Version = infoField(info, "redis_version")
+	}
+	return s, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (s *redisServer) kill(exited chan error) {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+	}
+	<-exited
+	s.logFile.Close()
+	os.RemoveAll(s.dir)
+}
+
+// Stop kills the server and removes its directory. Safe to call more than
+// once and from a signal handler.
+func (s *redisServer) Stop() {
+	s.stopOnce.Do(func() { s.kill(s.exited) })
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// parseCommandStats parses INFO commandstats into command -> calls. The
+// counts include commands run inside Lua scripts (Redis counts them).
+func parseCommandStats(info string) (map[string]int64, error) {
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad commandstats line %q", line)
+		}
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("bad commandstats line %q: %v", line, err)
+				}
+				out[name] += n
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func (s *redisServer) commandStats(ctx context.Context) (map[string]int64, error) {
+	info, err := s.admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseCommandStats(info)
+}
+
+// ResetStats runs CONFIG RESETSTAT. The first call also measures what the
+// bench's own RESETSTAT+INFO pair leaves in the counters, so that
+// CommandsSinceReset can subtract it.
+func (s *redisServer) ResetStats(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.baseline == nil {
+		if err := s.admin.ConfigResetStat(ctx).Err(); err != nil {
+			return err
+		}
+		b, err := s.commandStats(ctx)
+		if err != nil {
+			return err
+		}
+		s.baseline = b
+	}
+	return s.admin.ConfigResetStat(ctx).Err()
+}
+
+// CommandsSinceReset returns the commands run since the last ResetStats,
+// minus the bench's own RESETSTAT/INFO calls: per command and in total.
+func (s *redisServer) CommandsSinceReset(ctx context.Context) (map[string]int64, int64, error) {
+	st, err := s.commandStats(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.mu.Lock()
+	for k, v := range s.baseline {
+		st[k] -= v
+		if st[k] <= 0 {
+			delete(st, k)
+		}
+	}
+	s.mu.Unlock()
+	var total int64
+	for _, v := range st {
+		total += v
+	}
+	return st, total, nil
+}
+
+// Flush empties the database between runs (keys of a previous library must
+// not block the next one). Lua scripts stay cached.
+func (s *redisServer) Flush(ctx context.Context) error {
+	return s.admin.FlushAll(ctx).Err()
+}
+
+// DBSize returns the number of keys.
+func (s *redisServer) DBSize(ctx context.Context) (int64, error) {
+	return s.admin.DBSize(ctx).Result()
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// UncontendedConfig is scenario (a): G goroutines of one Client (one app
+// server), each acquiring and releasing its own key in a loop for Duration.
+type UncontendedConfig struct {
+	G        int
+	Duration time.Duration
+}
+
+// UncontendedRun is one run of scenario (a) for one Lib.
+type UncontendedRun struct {
+	Lib        string  `json:"lib"`
+	G          int     `json:"goroutines"`
+	Rep        int     `json:"rep"`
+	Pairs      int64   `json:"pairs"`
+	Seconds    float64 `json:"seconds"`
+	PairsPerS  float64 `json:"pairs_per_s"`
+	PairP50Us  float64 `json:"pair_p50_us"`
+	PairP99Us  float64 `json:"pair_p99_us"`
+	AllocsPair float64 `json:"allocs_per_pair"`
+	BytesPair  float64 `json:"bytes_per_pair"`
+	CmdsPair   float64 `json:"cmds_per_pair"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+func (r *UncontendedRun) Problems() []string {
+	var p []string
+	if r.Errors > 0 {
+		p = append(p, fmt.Sprintf("%d errors (first: %s)", r.Errors, r.FirstError))
+	}
+	if r.Pairs == 0 {
+		p = append(p, "no pair completed")
+	}
+	return p
+}
+
+func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg UncontendedConfig, rep int) (UncontendedRun, error) {
+	r := UncontendedRun{Lib: lib.Name(), G: cfg.G, Rep: rep}
+	if err := srv.Flush(ctx); err != nil {
+		return r, err
+	}
+	c, err := lib.NewClient(srv.Addr)
+	if err != nil {
+		return r, fmt.Errorf("%s: NewClient: %w", lib.Name(), err)
+	}
+	defer c.Close()
+	seq := runSeq.Add(1)
+	keys := make([]string, cfg.G)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench:u:%d:%d", seq, i)
+	}
+	if err := warmUp(ctx, cfg.G, func(int) Client { return c }, fmt.Sprintf("bench:warm:%d", seq)); err != nil {
+		return r, fmt.Errorf("%s: warm-up: %w", lib.Name(), err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration+30*time.Second)
+	defer cancel()
+
+	hists := make([]*hist, cfg.G)
+	counts := make([]int64, cfg.G)
+	for i := range hists {
+		hists[i] = new(hist)
+	}
+	var (
+		errs     atomic.Int64
+		errOnce  sync.Once
+		firstErr string
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		end      time.Time
+	)
+	if err := srv.ResetStats(ctx); err != nil {
+		return r, err
+	}
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for i := range cfg.G {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := hists[i]
+			<-start
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				release, err := c.Acquire(runCtx, keys[i])
+				if err == nil {
+					err = release(runCtx)
+				}
+				if err != nil {
+					errs.Add(1)
+					errOnce.Do(func() { firstErr = err.Error() })
+					if runCtx.Err() != nil {
+						return
+					}
+					continue
+				}
+				h.Record(time.Since(t0))
+				counts[i]++
+			}
+		}()
+	}
+	begin := time.Now()
+	end = begin.Add(cfg.Duration) // written before close(start)
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(begin)
+	runtime.ReadMemStats(&m1)
+
+	_, total, err := srv.CommandsSinceReset(ctx)
+	if err != nil {
+		return r, err
+	}
+	all := new(hist)
+	for i, h := range hists {
+		all.Merge(h)
+		r.Pairs += counts[i]
+	}
+	r.Seconds = elapsed.Seconds()
+	r.Errors = errs.Load()
+	r.FirstError = firstErr
+	if r.Pairs > 0 {
+		r.PairsPerS = float64(r.Pairs) / elapsed.Seconds()
+		r.AllocsPair = float64(m1.Mallocs-m0.Mallocs) / float64(r.Pairs)
+		r.BytesPair = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(r.Pairs)
+		r.CmdsPair = float64(total) / float64(r.Pairs)
+	}
+	r.PairP50Us = us(all.Quantile(0.50))
+	r.PairP99Us = us(all.Quantile(0.99))
+	return r, nil
+}
