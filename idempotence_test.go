@@ -71,3 +71,30 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 		t.Fatalf("latch TTL = %v", ttl)
 	}
 }
+
+// A hold found already ours by a first attempt (a resent call, or a hand-off
+// whose message was missed) gets the caller's full TTL, not the hand-off's
+// short claim window, and no duplicate queue entry survives.
+func TestAttemptFindingOwnHoldRestoresTTL(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	m := c.Mutex("idem-claim")
+	rdb := rdbFor(t, r)
+	rdb.HSet(ctx, "idem-claim", m.field, 1)
+	rdb.PExpire(ctx, "idem-claim", 200*time.Millisecond) // a claim window
+	entry := "9 30000 " + m.field
+	rdb.RPush(ctx, m.ks.Queue, entry, entry)
+	rdb.PExpire(ctx, m.ks.Queue, time.Minute)
+	res, err := m.attempt(ctx, 30*time.Second, 0, entry, false)
+	if err != nil || res.status != 1 {
+		t.Fatal(res, err)
+	}
+	if ttl, _ := rdb.PTTL(ctx, "idem-claim").Result(); ttl < 29*time.Second {
+		t.Fatalf("TTL after finding our own hold = %v, want the full 30s", ttl)
+	}
+	if n, _ := rdb.LLen(ctx, m.ks.Queue).Result(); n != 0 {
+		t.Fatalf("%d duplicate entries left in the queue", n)
+	}
+	rdb.Del(ctx, "idem-claim")
+}

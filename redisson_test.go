@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -31,13 +32,22 @@ return 1`)
 const javaOwner = "3f2a9c4e-0000-4000-8000-000000000001:57"
 
 func TestRedissonInterop(t *testing.T) {
+	for _, name := range []string{"shared-with-java", "order:{42}:pay"} {
+		t.Run(name, func(t *testing.T) { testRedissonInterop(t, name) })
+	}
+}
+
+func testRedissonInterop(t *testing.T, name string) {
 	r := testenvRedis(t)
 	c := newClient(t, r)
 	c.cfg.recheck = time.Minute // wake-ups must come from messages
 	ctx := ctxT(t)
 	rdb := rdbFor(t, r)
-	name := "shared-with-java"
+	// Redisson's prefixName: braces only around names without a '{'.
 	channel := "redisson_lock__channel:{" + name + "}"
+	if strings.Contains(name, "{") {
+		channel = "redisson_lock__channel:" + name
+	}
 	javaLock := func() (bool, error) {
 		err := redissonAcquire.Run(ctx, rdb, []string{name}, 30000, javaOwner).Err()
 		if err == redis.Nil {

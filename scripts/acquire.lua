@@ -27,7 +27,10 @@ if cnt then
   end
   if expected == 0 then
     -- Our own earlier call, resent, or a hand-off whose message we missed.
-    if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
+    -- A hand-off's TTL is only the claim window: give the hold the TTL the
+    -- caller will count on. Drop any entry of ours a resent call queued.
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    if ARGV[4] ~= '' then redis.call('lrem', KEYS[3], 0, ARGV[4]) end
     return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
   end
   return {1, cnt, 0}

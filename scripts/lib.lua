@@ -33,6 +33,13 @@ local function next_token(fence_ttl)
   return tok
 end
 
+-- redisson_name is Redisson's prefixName: a name that already contains '{'
+-- is appended as it is, any other is wrapped in braces.
+local function redisson_name(prefix, name)
+  if string.find(name, '{', 1, true) then return prefix .. ':' .. name end
+  return prefix .. ':{' .. name .. '}'
+end
+
 -- hand_off passes the lock straight to the first valid waiter in the queue:
 -- the hash is rewritten to its field with the claim window as TTL, a new
 -- token is issued and the waiter's process is told on its client channel.
@@ -67,6 +74,6 @@ end
 local function release_to_next(claim_ms, fence_ttl)
   if hand_off(claim_ms, fence_ttl, nil) == 0 then
     redis.call('del', KEYS[1])
-    redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', '0')
+    redis.call('publish', redisson_name('redisson_lock__channel', KEYS[1]), '0')
   end
 end

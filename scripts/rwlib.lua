@@ -52,5 +52,5 @@ local function rw_shrink(now)
 end
 
 local function rw_channel()
-  return 'redisson_rwlock:{' .. KEYS[1] .. '}'
+  return redisson_name('redisson_rwlock', KEYS[1])
 end

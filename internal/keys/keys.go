@@ -84,15 +84,24 @@ type Set struct {
 func For(name string) Set {
 	return Set{
 		Lock:    name,
-		Channel: "redisson_lock__channel:{" + name + "}",
+		Channel: redissonName("redisson_lock__channel", name),
 		Fence:   Companion("dlock:fence", name),
 		Queue:   Companion("dlock:queue", name),
 		Latch:   Companion("dlock:latch", name),
 
-		RWChannel: "redisson_rwlock:{" + name + "}",
+		RWChannel: redissonName("redisson_rwlock", name),
 		Readers:   Companion("dlock:readers", name),
 		Writers:   Companion("dlock:wwait", name),
 	}
+}
+
+// redissonName is Redisson's prefixName: a name that already contains '{' is
+// appended as it is (its own hash tag decides), any other is wrapped in braces.
+func redissonName(prefix, name string) string {
+	if strings.IndexByte(name, '{') >= 0 {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
 }
 
 // ClientChannel is the channel on which the client with the given id receives

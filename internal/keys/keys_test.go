@@ -69,3 +69,17 @@ func FuzzCompanion(f *testing.F) {
 		}
 	})
 }
+
+// Channels follow Redisson's prefixName, so a Redisson waiter hears dlock's
+// releases also for names that carry their own hash tag.
+func TestRedissonChannelNames(t *testing.T) {
+	if got := For("coupon").Channel; got != "redisson_lock__channel:{coupon}" {
+		t.Errorf("Channel = %q", got)
+	}
+	if got := For("user:{42}").Channel; got != "redisson_lock__channel:user:{42}" {
+		t.Errorf("Channel for a tagged name = %q", got)
+	}
+	if got := For("a{b").RWChannel; got != "redisson_rwlock:a{b" {
+		t.Errorf("RWChannel = %q", got)
+	}
+}
