@@ -100,21 +100,23 @@ func (h *hold) checkDeadline() {
 	h.lose(fmt.Errorf("%w: renewal could not confirm the hold within its TTL", ErrLockLost))
 }
 
-// lose ends the hold with cause; the handle keeps it until Unlock.
+// lose ends the hold with cause; the handle keeps it until Unlock. The loss
+// is logged and reported to observers before Done closes, so that whoever
+// wakes on Done sees it counted.
 func (h *hold) lose(cause error) {
-	if !h.end(cause) {
-		return
-	}
-	c := h.mu.c
-	c.cfg.logger.Warn("dlock: lock lost", "name", h.mu.name, "cause", cause)
-	for _, o := range c.cfg.observers {
-		o.Lost(h.mu.kind, h.mu.name, cause)
-	}
+	h.end(cause, func() {
+		c := h.mu.c
+		c.cfg.logger.Warn("dlock: lock lost", "name", h.mu.name, "cause", cause)
+		for _, o := range c.cfg.observers {
+			o.Lost(h.mu.kind, h.mu.name, cause)
+		}
+	})
 }
 
-// end marks the hold over, stops its renewal and deadline and runs the
-// end callbacks. It reports false if the hold had already ended.
-func (h *hold) end(cause error) bool {
+// end marks the hold over, stops its renewal and deadline, runs before (if
+// not nil), closes done and runs the end callbacks. It reports false, doing
+// nothing, if the hold had already ended.
+func (h *hold) end(cause error, before func()) bool {
 	h.lk.Lock()
 	if h.ended {
 		h.lk.Unlock()
@@ -127,12 +129,15 @@ func (h *hold) end(cause error) bool {
 	}
 	callbacks := h.onEnd
 	h.onEnd = nil
-	close(h.done)
 	h.lk.Unlock()
 	if h.entry != nil {
 		h.mu.c.renewer.Remove(h.entry)
 	}
 	h.mu.c.untrack(h)
+	if before != nil {
+		before()
+	}
+	close(h.done)
 	for _, f := range callbacks {
 		f(cause)
 	}

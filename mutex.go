@@ -591,7 +591,7 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 		return err
 	case err != nil:
 		m.count, m.h = 0, nil
-		h.end(fmt.Errorf("%w: release failed: %w", ErrLockLost, err))
+		h.end(fmt.Errorf("%w: release failed: %w", ErrLockLost, err), nil)
 		return err
 	case v[0] == 0:
 		m.count, m.h = 0, nil
@@ -608,7 +608,7 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 	}
 	m.h = nil
 	lostErr := h.lostErr()
-	h.end(nil)
+	h.end(nil, nil)
 	return lostErr
 }
 

@@ -21,11 +21,13 @@ const (
 type Acquisition struct {
 	Kind     Kind
 	Name     string
-	Acquired bool          // the lock was granted
-	TimedOut bool          // the wait ran out (not an error)
-	Err      error         // infrastructure failure or cancelled context
-	Waited   time.Duration // from the call to its outcome
-	Reentry  bool          // a re-entry of a lock the handle already held
+	Acquired bool // the lock was granted
+	TimedOut bool // the wait ran out (not an error)
+	// Acquired false, TimedOut false and Err nil: the lock was taken and the
+	// caller did not wait (TryLock with wait <= 0).
+	Err     error         // infrastructure failure or cancelled context
+	Waited  time.Duration // from the call to its outcome
+	Reentry bool          // a re-entry of a lock the handle already held
 }
 
 // Release describes one Unlock, reported when it ends.
