@@ -66,11 +66,14 @@
 // may grant it again. Redis restarting without persistence forgets every lock.
 // In both cases the holder learns of the loss at its next renewal.
 //
-// Fencing tokens start from the Redis server's clock in microseconds and are
-// kept in a key for 24 hours after the last fresh grant. They keep increasing
-// across key expiry, DEL and a restart that lost all data as long as the
-// server clock moved forward in between; a failover to a server whose clock
-// is behind by more than the failover took can repeat a token.
+// Fencing tokens come from a per-name counter (dlock:fence:{name}) that is
+// started from the Redis server's clock in microseconds and then counts one
+// per grant; the counter lives 24 hours and is then started again from the
+// clock. Tokens therefore keep increasing across lock expiry, DEL, the
+// counter's expiry and a restart that lost all data, as long as the server
+// clock moved forward in between. A failover to a server whose clock is
+// behind the old one's, and that did not receive the counter, can repeat a
+// token; a replicated counter carries on.
 //
 // Waiting is driven by pub/sub, but a lost message costs at most one re-check
 // interval (3s) or the holder's TTL, whichever is shorter. A waiter that

@@ -28,8 +28,8 @@ import (
 // Redis layout (Redisson's): the key is the name, a hash whose field
 // "<client id>:<owner id>" holds the hold count, with a TTL; a release
 // publishes "0" on "redisson_lock__channel:{name}" when nobody is queued.
-// dlock adds dlock:fence:{name} (the last fencing token, expiring 24h after
-// the last grant), dlock:queue:{name} (processes waiting for a direct
+// dlock adds dlock:fence:{name} (the fencing counter, restarted from the
+// server clock every 24h), dlock:queue:{name} (processes waiting for a direct
 // hand-off, with a TTL) and dlock:latch:{name} (the last final release's
 // request id, for 30s).
 type Mutex struct {

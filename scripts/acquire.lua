@@ -14,8 +14,11 @@
 -- The expected count makes a repeated call harmless: when go-redis resends a
 -- call whose reply was lost, the count is already one more than expected, and
 -- the script reports the hold instead of counting it twice.
-local cnt = redis.call('hget', KEYS[1], ARGV[1])
 local expected = tonumber(ARGV[3])
+-- PTTL first: on a free lock (the common case) it is the only read needed.
+local ttl = redis.call('pttl', KEYS[1])
+local cnt = false
+if ttl ~= -2 then cnt = redis.call('hget', KEYS[1], ARGV[1]) end
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
@@ -47,7 +50,6 @@ local function enqueue()
     redis.call('pexpire', KEYS[3], ARGV[6])
   end
 end
-local ttl = redis.call('pttl', KEYS[1])
 if ttl == -2 and ARGV[8] == '1' then
   -- Fair: a free lock with waiters queued goes to the head of the queue (it
   -- is free only because its holder expired or a hand-off was not claimed).
@@ -61,7 +63,7 @@ if ttl == -2 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
-  return {1, 1, issue_token(ARGV[7])}
+  return {1, 1, next_token(ARGV[7])}
 end
 enqueue()
 return {0, ttl}

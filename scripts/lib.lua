@@ -7,10 +7,11 @@
 -- A queue entry is "<ticket> <ttl_ms> <owner field>"; the owner field is
 -- "<client id>:<owner id>", and the client listens on dlock:client:<client id>.
 
--- issue_token returns a fencing token strictly greater than the last one kept
--- in KEYS[2]. It starts from the server clock in microseconds, so that a token
--- stays ahead of every earlier one even after KEYS[2] has expired or the data
--- set was lost, as long as the server clock has moved forward since.
+-- issue_token starts a new fencing sequence in KEYS[2] from the server clock
+-- in microseconds, above any value left there. Starting from the clock keeps
+-- a new sequence ahead of every token of an earlier one, even after KEYS[2]
+-- expired or the data set was lost, as long as the server clock has moved
+-- forward since (a sequence advances one per grant, far slower than the clock).
 local function issue_token(fence_ttl)
   local t = redis.call('time')
   local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -22,8 +23,8 @@ local function issue_token(fence_ttl)
   return tok
 end
 
--- next_token is issue_token for a lock that passes straight from one holder
--- to the next: the counter is known to be recent, so one INCR will do.
+-- next_token returns the next fencing token: one INCR while the sequence
+-- lives (it keeps the TTL it was started with), a new sequence otherwise.
 local function next_token(fence_ttl)
   local tok = redis.call('incr', KEYS[2])
   if tok == 1 then

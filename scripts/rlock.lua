@@ -32,6 +32,6 @@ if ((free or mode == 'read') and redis.call('zcard', KEYS[4]) == 0)
   if free then redis.call('hset', KEYS[1], 'mode', 'read') end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   rw_track(ARGV[1], now, ARGV[3])
-  return {1, 1, issue_token(ARGV[5])}
+  return {1, 1, next_token(ARGV[5])}
 end
 return {0, redis.call('pttl', KEYS[1])}

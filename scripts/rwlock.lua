@@ -31,7 +31,7 @@ if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[3])
   redis.call('zrem', KEYS[4], ARGV[1])
-  return {1, 1, issue_token(ARGV[6])}
+  return {1, 1, next_token(ARGV[6])}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then return {-2} end
