@@ -6,6 +6,8 @@
 package main
 
 import (
+	"time"
+
 	"context"
 
 	"github.com/dlock-dev/dlock"
@@ -40,6 +42,11 @@ type dlockVariant struct {
 var dlockVariants = []dlockVariant{
 	{name: "dlock", settings: "dlock.New(go-redis client with defaults) with no options (pub/sub wake-ups, watchdog mode); Mutex(name) per acquisition, Lock/Unlock",
 		opts: func() []dlock.Option { return nil }},
+	{name: "dlock-fair", settings: "as dlock, FairMutex(name): FIFO hand-off, no barging",
+		opts:   func() []dlock.Option { return nil },
+		handle: func(c *dlock.Client, name string) dlock.Locker { return c.FairMutex(name) }},
+	{name: "dlock-spin", settings: "as dlock, WithSpin(1ms, 128ms): jittered exponential backoff instead of pub/sub",
+		opts: func() []dlock.Option { return []dlock.Option{dlock.WithSpin(time.Millisecond, 128*time.Millisecond)} }},
 }
 
 func init() {

@@ -62,6 +62,7 @@ type Renewer struct {
 	mu      sync.Mutex
 	entries map[*Entry]struct{}
 	wake    chan struct{}
+	wakeAt  time.Time // when the sleeping loop wakes; guarded by mu
 	stop    chan struct{}
 	done    chan struct{}
 	stopped bool
@@ -87,8 +88,17 @@ func (r *Renewer) Add(e *Entry, first time.Duration) {
 	r.mu.Lock()
 	e.due = time.Now().Add(first)
 	r.entries[e] = struct{}{}
+	// Wake the loop only if it sleeps past the new entry's due time: most
+	// entries fall due after the one it already waits for, and a wake-up per
+	// acquisition would cost a context switch and a scan on the hot path.
+	wake := e.due.Before(r.wakeAt)
+	if wake {
+		r.wakeAt = e.due
+	}
 	r.mu.Unlock()
-	r.poke()
+	if wake {
+		r.poke()
+	}
 }
 
 // Remove stops renewing e. When it returns, no call carrying e is in flight
@@ -177,6 +187,12 @@ func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 		}
 	}
 	if !dueNow {
+		// Set under the same lock as the scan: an Add after this point
+		// compares with the time the loop will really wake at.
+		r.wakeAt = next
+		if next.IsZero() {
+			r.wakeAt = now.Add(time.Hour)
+		}
 		return nil, next
 	}
 	groups := make(map[uint16][]*Entry)

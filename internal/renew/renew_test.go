@@ -148,3 +148,22 @@ func TestRemove(t *testing.T) {
 		}
 	})
 }
+
+// An entry due before the loop's planned wake-up wakes it; one due later
+// does not need to.
+func TestEarlierEntryWakesLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{"late": true, "early": true}}
+		r := New(30*time.Second, f.run, nil)
+		defer r.Stop()
+		r.Add(&Entry{Key: "late", TTL: time.Minute, Holder: &holder{}}, 30*time.Second)
+		time.Sleep(time.Second)
+		early := &holder{}
+		r.Add(&Entry{Key: "early", TTL: time.Minute, Holder: early}, 2*time.Second)
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		if len(early.renewed) != 1 {
+			t.Fatalf("entry due at 3s renewed %d times by 3.5s", len(early.renewed))
+		}
+	})
+}
