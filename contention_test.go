@@ -3,70 +3,35 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/dlock-dev/dlock/internal/lockcheck"
 )
 
 // Several Clients, each with its own connection pool, and several goroutines
-// per Client take one lock over and over. Inside the critical section a
-// counter must never see two holders; the recorded history must show no
-// overlap and tokens increasing in grant order.
+// per Client take one lock over and over, every third time with a fixed
+// lease. Inside the critical section a counter must never see two holders;
+// the recorded history must show no overlap and tokens increasing in grant
+// order (see contend).
 func TestContentionManyClients(t *testing.T) {
-	r := testenvRedis(t)
-	const clients, perClient, rounds = 4, 6, 10
-	ctx := ctxT(t)
-	var inside atomic.Int32
-	var hist lockcheck.History
-	var wg sync.WaitGroup
-	for ci := range clients {
-		c := newClient(t, r)
-		for g := range perClient {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				owner := fmt.Sprintf("c%d/g%d", ci, g)
-				for i := range rounds {
-					m := c.Mutex("hot")
-					var err error
-					if i%3 == 2 {
-						var ok bool
-						ok, err = m.TryLock(ctx, 20*time.Second, 10*time.Second)
-						if err == nil && !ok {
-							err = fmt.Errorf("wait ran out")
-						}
-					} else {
-						err = m.Lock(ctx)
-					}
-					if err != nil {
-						t.Errorf("%s: %v", owner, err)
-						return
-					}
-					start := time.Now()
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%s: %d holders at once", owner, n)
-					}
-					time.Sleep(time.Duration(i%3) * time.Millisecond)
-					inside.Add(-1)
-					hist.Add(lockcheck.Hold{Owner: owner, Token: m.Token(), Start: start, End: time.Now()})
-					if err := m.Unlock(ctx); err != nil {
-						t.Errorf("%s: Unlock: %v", owner, err)
-						return
-					}
-				}
-			}()
+	contend(t, func(c *Client, g, i int) familyHold {
+		m := c.Mutex("hot")
+		var l Locker = m
+		if i%3 == 2 {
+			l = leased{m}
 		}
+		return familyHold{l: l, token: m.Token}
+	})
+}
+
+// leased takes a Mutex with TryLock and a fixed lease instead of Lock.
+type leased struct{ *Mutex }
+
+func (l leased) Lock(ctx context.Context) error {
+	ok, err := l.TryLock(ctx, 20*time.Second, 10*time.Second)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: wait ran out", l.Name())
 	}
-	wg.Wait()
-	if got, want := hist.Len(), clients*perClient*rounds; got != want {
-		t.Fatalf("%d holds recorded, want %d", got, want)
-	}
-	if err := hist.Check(); err != nil {
-		t.Fatal(err)
-	}
+	return err
 }
 
 // A waiter whose process dies while queued delays the lock by at most the

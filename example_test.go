@@ -13,7 +13,7 @@ import (
 )
 
 // redisAddr is where the examples find Redis; in your code, your own address.
-var redisAddr = func() string { return dlock.ExampleRedisAddr }
+var redisAddr = func() string { return dlock.SharedRedisAddr() }
 
 func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
 )
@@ -19,32 +18,13 @@ import (
 // restart it; those start their own. Tests on it use names of their own.
 var shared *testenv.Redis
 
-// ExampleRedisAddr is the address the Examples connect to.
-var ExampleRedisAddr string
+// SharedRedisAddr is the address the Examples connect to.
+func SharedRedisAddr() string { return shared.Addr() }
 
 func TestMain(m *testing.M) {
-	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
-		os.Exit(1)
-	}
-	shared = r
-	ExampleRedisAddr = r.Addr()
-	code := m.Run()
-	if code == 0 {
-		if err := checkHygiene(r); err != nil {
-			fmt.Fprintln(os.Stderr, "hygiene:", err)
-			code = 1
-		}
-	}
-	_ = r.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main(m, "dlock", &shared, func(r *testenv.Redis) error {
+		return checkHygiene(r)
+	}))
 }
 
 // checkHygiene runs after every test of the package: no subscription may be

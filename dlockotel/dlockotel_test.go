@@ -3,7 +3,6 @@ package dlockotel_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockotel"
@@ -21,23 +19,7 @@ import (
 
 var shared *testenv.Redis
 
-func TestMain(m *testing.M) {
-	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlockotel tests need redis-server:", err)
-		os.Exit(1)
-	}
-	shared = r
-	code := m.Run()
-	_ = r.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, "dlockotel", &shared, nil)) }
 
 func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 	m := make(map[attribute.Key]attribute.Value)

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockprom"
@@ -21,23 +20,7 @@ import (
 
 var shared *testenv.Redis
 
-func TestMain(m *testing.M) {
-	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlockprom tests need redis-server:", err)
-		os.Exit(1)
-	}
-	shared = r
-	code := m.Run()
-	_ = r.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, "dlockprom", &shared, nil)) }
 
 func newClient(t *testing.T, opts ...dlock.Option) *dlock.Client {
 	t.Helper()

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/keys"
@@ -38,21 +37,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asCLI) == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
 	}
-	r, err := testenv.StartRedisServer(testenv.RedisConfig{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cmd/dlock tests need redis-server:", err)
-		os.Exit(1)
-	}
-	shared = r
-	code := m.Run()
-	_ = r.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testenv.Main(m, "cmd/dlock", &shared, nil))
 }
 
 func redisURL(r *testenv.Redis) string { return "redis://" + r.Addr() }
