@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/keys"
 )
 
@@ -73,9 +69,14 @@ With --json it prints one JSON array with an object per NAME:
 				return err
 			}
 			defer rdb.Close()
+			locks, err := dlock.New(rdb)
+			if err != nil {
+				return err
+			}
+			defer locks.Close()
 			states := make([]lockState, 0, len(args))
 			for _, n := range args {
-				st, err := inspect(cmd.Context(), rdb, n)
+				st, err := inspect(cmd.Context(), locks, n)
 				if err != nil {
 					return err
 				}
@@ -97,53 +98,23 @@ With --json it prints one JSON array with an object per NAME:
 }
 
 // inspect reads one lock in a single MULTI/EXEC, so the parts agree.
-func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
-	ks := keys.For(name)
-	var typ *redis.StatusCmd
-	var fields *redis.MapStringStringCmd
-	var pttl *redis.DurationCmd
-	var fence *redis.StringCmd
-	var queue *redis.StringSliceCmd
-	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		typ = p.Type(ctx, ks.Lock)
-		fields = p.HGetAll(ctx, ks.Lock)
-		pttl = p.PTTL(ctx, ks.Lock)
-		fence = p.Get(ctx, ks.Fence)
-		queue = p.LRange(ctx, ks.Queue, 0, -1)
-		return nil
-	})
-	st := lockState{Name: name, Holders: []holder{}, Waiters: []waiter{}}
-	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
-		return st, fmt.Errorf("%s is a Redis %s, not a dlock lock", name, t)
+func inspect(ctx context.Context, locks *dlock.Client, name string) (lockState, error) {
+	info, err := locks.Inspect(ctx, name)
+	if err != nil {
+		return lockState{}, err
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return st, fmt.Errorf("reading %s: %w", name, err)
+	st := lockState{Name: name, Locked: info.Locked, Token: info.Token, Holders: []holder{}, Waiters: []waiter{}}
+	for _, h := range info.Holders {
+		st.Holders = append(st.Holders, holder{Owner: h.Owner, Count: h.Count})
 	}
-	for owner, v := range fields.Val() {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		st.Holders = append(st.Holders, holder{Owner: owner, Count: n})
-	}
-	sort.Slice(st.Holders, func(i, j int) bool { return st.Holders[i].Owner < st.Holders[j].Owner })
-	st.Locked = len(st.Holders) > 0
-	switch d := pttl.Val(); {
-	case !st.Locked:
-	case d == -1:
+	switch {
+	case info.TTL < 0:
 		st.TTLms = -1
-	case d > 0:
-		st.TTLms = d.Milliseconds()
+	case info.TTL > 0:
+		st.TTLms = info.TTL.Milliseconds()
 	}
-	if v, err := fence.Uint64(); err == nil {
-		st.Token = v
-	}
-	for i, e := range queue.Val() {
-		// "<ticket> <ttl_ms> <owner field>"
-		parts := strings.SplitN(e, " ", 3)
-		w := waiter{Position: i + 1, Owner: e}
-		if len(parts) == 3 {
-			w.Owner = parts[2]
-			w.TTLms, _ = strconv.ParseInt(parts[1], 10, 64)
-		}
-		st.Waiters = append(st.Waiters, w)
+	for i, w := range info.Waiters {
+		st.Waiters = append(st.Waiters, waiter{Position: i + 1, Owner: w.Owner, TTLms: w.TTL.Milliseconds()})
 	}
 	return st, nil
 }

@@ -1,0 +1,58 @@
+package dlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestInspect(t *testing.T) {
+	c := newClient(t, shared)
+	other := newClient(t, shared)
+	ctx := ctxT(t)
+	info, err := c.Inspect(ctx, "inspect:free")
+	if err != nil || info.Locked || len(info.Holders) != 0 || info.TTL != 0 {
+		t.Fatalf("free lock: %+v, %v", info, err)
+	}
+	m := c.Mutex("inspect:m")
+	mustLock(t, m)
+	mustLock(t, m)
+	w := other.Mutex("inspect:m")
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "waiter queued", func() bool {
+		i, _ := c.Inspect(ctx, "inspect:m")
+		return len(i.Waiters) == 1
+	})
+	info, err = c.Inspect(ctx, "inspect:m")
+	if err != nil || !info.Locked || len(info.Holders) != 1 || info.Holders[0] != (Holder{m.Owner(), 2}) ||
+		info.Token != m.Token() || info.TTL <= 0 || info.Waiters[0].Owner != w.Owner() || info.Mode != "" {
+		t.Fatalf("held lock: %+v, %v (owner %s token %d)", info, err, m.Owner(), m.Token())
+	}
+	mustUnlock(t, m)
+	mustUnlock(t, m)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	mustUnlock(t, w)
+
+	rw := c.RWMutex("inspect:rw")
+	if err := rw.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err = c.Inspect(ctx, "inspect:rw")
+	if err != nil || info.Mode != "read" || len(info.Holders) != 1 {
+		t.Fatalf("read-locked: %+v, %v", info, err)
+	}
+	if err := rw.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rdbFor(t, shared).Set(ctx, "inspect:string", "x", time.Minute)
+	if _, err := c.Inspect(ctx, "inspect:string"); err == nil {
+		t.Fatal("a string key inspected as a lock")
+	}
+	if _, err := c.Inspect(ctx, ""); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("empty name: %v", err)
+	}
+}
