@@ -89,6 +89,20 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 	if m.c.closed.Load() {
 		return false, ErrClosed
 	}
+	if m.c.cfg.replicas > 0 {
+		// Runs before exit (the gate is still ours) and before the observer.
+		defer func() {
+			if !ok || reentry {
+				return
+			}
+			if cerr := m.confirmReplicas(ctx); cerr != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
+				defer cancel()
+				_ = m.release(rctx, true)
+				ok, err = false, cerr
+			}
+		}()
+	}
 
 	m.mu.Lock()
 	count := m.count

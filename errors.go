@@ -29,6 +29,10 @@ var (
 	// Release the read holds first, or take the write lock from the start.
 	ErrUpgrade = errors.New("dlock: read to write upgrade refused")
 
+	// ErrNotReplicated is returned, with WithReplicaAck, when a grant did not
+	// reach enough replicas in time; the grant has been released.
+	ErrNotReplicated = errors.New("dlock: grant not acknowledged by enough replicas")
+
 	// ErrClosed is returned by every operation on a Client after Close, and by
 	// its handles.
 	ErrClosed = errors.New("dlock: client closed")

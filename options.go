@@ -10,18 +10,20 @@ import (
 type Option func(*config) error
 
 type config struct {
-	watchdog    time.Duration
-	logger      *slog.Logger
-	observers   []Observer
-	clientID    string
-	claim       time.Duration
-	recheck     time.Duration
-	linger      time.Duration
-	fenceTTL    time.Duration
-	latchTTL    time.Duration
-	closeBudget time.Duration
-	spinMin     time.Duration // > 0: spin mode
-	spinMax     time.Duration
+	watchdog       time.Duration
+	logger         *slog.Logger
+	observers      []Observer
+	clientID       string
+	claim          time.Duration
+	recheck        time.Duration
+	linger         time.Duration
+	fenceTTL       time.Duration
+	latchTTL       time.Duration
+	closeBudget    time.Duration
+	replicas       int // > 0: WithReplicaAck
+	replicaTimeout time.Duration
+	spinMin        time.Duration // > 0: spin mode
+	spinMax        time.Duration
 }
 
 func defaultConfig() config {
