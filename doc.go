@@ -63,7 +63,9 @@
 //
 // Redis replication is asynchronous: if the primary fails before a grant
 // reached a replica, the promoted replica does not know the lock is held and
-// may grant it again. Redis restarting without persistence forgets every lock.
+// may grant it again; WithReplicaAck narrows that window by letting a grant
+// count only once n replicas acknowledged it. Redis restarting without
+// persistence forgets every lock.
 // In both cases the holder learns of the loss at its next renewal.
 //
 // Fencing tokens come from a per-name counter (dlock:fence:{name}) that is
