@@ -146,8 +146,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		return false, err
 	}
 	if res.status == 1 {
-		m.granted(res.token, sent, lease, 0)
-		return true, nil
+		return m.granted(res.token, sent, lease, 0)
 	}
 	if !canWait {
 		return false, nil
@@ -167,8 +166,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			return false, err
 		}
 		if res.status == 1 {
-			m.granted(res.token, sent, lease, 0)
-			return true, nil
+			return m.granted(res.token, sent, lease, 0)
 		}
 		registered = true
 	}
@@ -182,8 +180,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			ev := w.Take()
 			switch {
 			case ev.Granted:
-				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
-				return true, nil
+				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
 			case ev.Closed:
 				m.leaveQueue(ctx, entry)
 				return false, ErrClosed
@@ -194,8 +191,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			retry = true
 		case <-ctx.Done():
 			if ev := w.Take(); ev.Granted && ctx.Err() == nil {
-				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
-				return true, nil
+				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
 			}
 			m.leaveQueue(ctx, entry)
 			return false, context.Cause(ctx)
@@ -206,8 +202,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			// The wait is over; a hand-off that raced the deadline still counts.
 			if ev := w.Take(); ev.Granted {
-				m.granted(ev.Token, time.Now(), lease, m.c.cfg.claim)
-				return true, nil
+				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
 			}
 			m.leaveQueue(ctx, entry)
 			timedOut = true
@@ -229,8 +224,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 			if m.side == 0 {
 				claim = m.c.cfg.claim // a read-write lock is never handed off
 			}
-			m.granted(tok, sent, lease, claim)
-			return true, nil
+			return m.granted(tok, sent, lease, claim)
 		}
 		if !timer.Stop() {
 			select {
@@ -269,8 +263,7 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 			if registered && m.fair {
 				claim = m.c.cfg.claim // may be a hand-off, valid for the claim window
 			}
-			m.granted(res.token, sent, lease, claim)
-			return true, nil
+			return m.granted(res.token, sent, lease, claim)
 		}
 		registered = entry != ""
 		if !canWait {
@@ -300,6 +293,10 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		case <-ctx.Done():
 			m.leaveQueue(ctx, entry)
 			return false, context.Cause(ctx)
+		}
+		if m.c.closed.Load() {
+			m.leaveQueue(ctx, entry)
+			return false, ErrClosed
 		}
 		backoff = min(backoff*2, m.c.cfg.spinMax)
 	}
@@ -350,8 +347,12 @@ func (m *Mutex) entry(w *notify.Waiter, ttl time.Duration) string {
 // leaveQueue takes a giving-up waiter out of the queue, and passes the lock
 // on if it was handed to us meanwhile. It runs even when ctx is cancelled,
 // within a bounded time.
+//
+// Without an entry it still runs for a Mutex or FairMutex: after a failed
+// call the grant may have happened with its reply lost, and leave.lua
+// releases a hold of this owner that nobody knows of.
 func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
-	if entry == "" {
+	if entry == "" && m.side != 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
@@ -379,6 +380,13 @@ func (m *Mutex) reenter(ctx context.Context, count int, lease time.Duration) (bo
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.h != nil {
+		if lost := m.h.lostErr(); lost != nil {
+			// The hold was declared lost here, though Redis may still have
+			// it: re-entering would extend a hold that nothing renews.
+			return false, lost
+		}
+	}
 	if res.status != 1 {
 		h := m.h
 		m.count, m.h = 0, nil
@@ -394,9 +402,20 @@ func (m *Mutex) reenter(ctx context.Context, count int, lease time.Duration) (bo
 	return true, nil
 }
 
-func (m *Mutex) granted(token uint64, sent time.Time, lease, claim time.Duration) {
-	h := newHold(m, token, sent, lease, claim)
+// granted records a grant on the handle and returns (true, nil), or, when
+// the client was closed meanwhile (Close has already released what it
+// knew of), releases the grant at once and returns ErrClosed.
+func (m *Mutex) granted(token uint64, sent time.Time, lease, claim time.Duration) (bool, error) {
+	h, tracked := newHold(m, token, sent, lease, claim)
 	m.mu.Lock()
 	m.count, m.h = 1, h
 	m.mu.Unlock()
+	if tracked {
+		return true, nil
+	}
+	h.end(errClosedHold, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.closeBudget)
+	defer cancel()
+	_ = m.release(ctx, true)
+	return false, ErrClosed
 }

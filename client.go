@@ -141,10 +141,16 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-func (c *Client) track(h *hold) {
+// track registers a live hold for Close; it refuses (false) once Close has
+// begun, so that no hold escapes Close's release.
+func (c *Client) track(h *hold) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
 	c.holds[h] = struct{}{}
-	c.mu.Unlock()
+	return true
 }
 
 func (c *Client) untrack(h *hold) {

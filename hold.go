@@ -19,10 +19,13 @@ type hold struct {
 
 	renewal renew.Entry
 
+	lease time.Duration // > 0: a fixed lease, never renewed past until
+	until time.Time     // the fixed lease's end
+
 	lk         sync.Mutex
 	ended      bool
 	err        error     // the loss cause; nil when released
-	validUntil time.Time // watchdog: the hold is certain until then
+	validUntil time.Time // the hold is certain until then (monotonic clock)
 	timer      *time.Timer
 	onEnd      []func(error)
 }
@@ -33,14 +36,14 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 // local deadline that declares the hold lost, and the client's registry.
 // sent is when the granting call was sent (the TTL started after it); lease
 // <= 0 means watchdog mode; claim is set when the lock arrived by hand-off
-// with a TTL of only the claim window.
-func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration) *hold {
+// with a TTL of only the claim window. It reports false, with the hold not
+// registered, when the client is closing.
+func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration) (*hold, bool) {
 	c := m.c
 	h := &hold{mu: m, token: token, start: time.Now(), done: make(chan struct{})}
 	h.lk.Lock()
 	defer h.lk.Unlock()
-	switch {
-	case lease <= 0:
+	if lease <= 0 {
 		ttl := c.cfg.watchdog
 		first := c.cfg.watchdog / 3
 		if claim > 0 {
@@ -51,23 +54,28 @@ func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration)
 		h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.renewField, TTL: c.cfg.watchdog, Holder: h}
 		h.entry = &h.renewal
 		c.renewer.Add(h.entry, first)
-		h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
-	default:
-		until := sent.Add(lease)
+	} else {
+		h.lease, h.until = lease, sent.Add(lease)
+		h.validUntil = h.until
 		if claim > 0 && claim < lease {
-			// Restore the lease the caller asked for, before the claim ends.
-			h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.field, Until: until, Holder: h}
+			// Redis has the hold for the claim window only, until the one
+			// extension to the lease the caller asked for succeeds.
+			h.validUntil = sent.Add(claim)
+			h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.renewField, Until: h.until, Holder: h}
 			h.entry = &h.renewal
 			c.renewer.Add(h.entry, claim/2)
 		}
-		h.validUntil = until
-		h.timer = time.AfterFunc(time.Until(until), func() {
-			h.lose(fmt.Errorf("%w: lease of %v expired", ErrLockLost, lease))
-		})
 	}
-	c.track(h)
-	return h
+	h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
+	if !c.track(h) {
+		return h, false
+	}
+	return h, true
 }
+
+// errClosedHold ends the holds that Close releases, or that were granted
+// while it ran: their holders must stop as for any other loss.
+var errClosedHold = fmt.Errorf("%w: the client was closed: %w", ErrLockLost, ErrClosed)
 
 // Lost implements renew.Holder.
 func (h *hold) Lost() {
@@ -78,6 +86,10 @@ func (h *hold) Lost() {
 func (h *hold) Renewed(sent time.Time) {
 	h.lk.Lock()
 	defer h.lk.Unlock()
+	if h.lease > 0 {
+		h.validUntil = h.until // the one extension to the full lease
+		return
+	}
 	if v := sent.Add(h.mu.c.cfg.watchdog); v.After(h.validUntil) {
 		h.validUntil = v
 	}
@@ -96,7 +108,12 @@ func (h *hold) checkDeadline() {
 		h.lk.Unlock()
 		return
 	}
+	expired := h.lease > 0 && !time.Now().Before(h.until)
 	h.lk.Unlock()
+	if expired {
+		h.lose(fmt.Errorf("%w: lease of %v expired", ErrLockLost, h.lease))
+		return
+	}
 	h.lose(fmt.Errorf("%w: renewal could not confirm the hold within its TTL", ErrLockLost))
 }
 
@@ -131,7 +148,9 @@ func (h *hold) end(cause error, before func()) bool {
 	h.onEnd = nil
 	h.lk.Unlock()
 	if h.entry != nil {
-		h.mu.c.renewer.Remove(h.entry)
+		// Not Remove: a loss must be told at once, not after a renewal call
+		// that may hang on the very trouble that caused it.
+		h.mu.c.renewer.Cancel(h.entry)
 	}
 	h.mu.c.untrack(h)
 	if before != nil {

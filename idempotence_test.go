@@ -58,7 +58,15 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	if n, _ := m.HoldCount(ctx); n != 2 {
 		t.Fatalf("count after a repeated decrement = %d, want 2", n)
 	}
-	rdb.HSet(ctx, "idem-release", m.field, 1)
+	// 2 -> 1, resent: the resend finds count 1 and must not release.
+	for range 2 {
+		if v := release(2, "req-15"); v[0] != 1 || v[1] != 1 {
+			t.Fatalf("release from 2 = %v, want [1 1] both times", v)
+		}
+	}
+	if l, _ := m.IsLocked(ctx); !l {
+		t.Fatal("a resent 2 -> 1 decrement released the lock")
+	}
 	for range 2 {
 		if v := release(1, "req-2"); v[0] != 1 || v[1] != 0 {
 			t.Fatalf("final release = %v, want [1 0] both times", v)

@@ -76,6 +76,11 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 	}
 	m.count = int(v[1])
 	if m.count > 0 {
+		if final && h.entry != nil && h.lostErr() == nil {
+			// Redis had more holds than the handle knew (a re-entry whose
+			// reply was lost): the hold goes on, so must its renewal.
+			m.c.renewer.Add(h.entry, m.c.cfg.watchdog/3)
+		}
 		return nil
 	}
 	m.h = nil
@@ -90,8 +95,16 @@ func (m *Mutex) closeRelease(ctx context.Context) error {
 		return err
 	}
 	defer m.exit()
+	// The holder learns first that its hold ends (its WithLock context is
+	// cancelled, Done closes), then the lock is released for others.
+	m.mu.Lock()
+	h := m.h
+	m.mu.Unlock()
+	if h != nil {
+		h.lose(errClosedHold)
+	}
 	err := m.release(ctx, true)
-	if errors.Is(err, ErrNotHeld) {
+	if errors.Is(err, ErrNotHeld) || err == errClosedHold {
 		return nil
 	}
 	return err

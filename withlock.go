@@ -78,7 +78,7 @@ func LeaseTime(d time.Duration) LockOption {
 // is already cancelled then; WithLock returns fn's error untouched, or, when
 // fn returned nil, the release's error (which wraps ErrLockLost if the hold
 // was lost meanwhile). It is safe for concurrent use.
-func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error {
+func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -116,12 +116,14 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 			cancel(cause)
 		}
 	})
-	fnErr := fn(fctx)
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.closeBudget)
-	defer relCancel()
-	relErr := m.Unlock(relCtx)
-	if fnErr != nil {
-		return fnErr
-	}
-	return relErr
+	// Deferred, so that a panic in fn (which net/http, for one, recovers)
+	// does not leave the lock held and renewed.
+	defer func() {
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.closeBudget)
+		defer relCancel()
+		if relErr := m.Unlock(relCtx); err == nil {
+			err = relErr
+		}
+	}()
+	return fn(fctx)
 }

@@ -60,10 +60,13 @@ local function hand_off(claim_ms, fence_ttl, self)
       -- A waiter that died before its turn must not hold the lock for a whole
       -- lease: the hand-off is valid for the claim window only, and the new
       -- holder extends it as soon as it runs.
-      redis.call('pexpire', KEYS[1], math.min(tonumber(ttl), tonumber(claim_ms)))
+      local claim = math.min(tonumber(ttl), tonumber(claim_ms))
+      redis.call('pexpire', KEYS[1], claim)
       local tok = next_token(fence_ttl)
       -- %d, not tostring: Lua would print a large token as 1.7e+15.
-      redis.call('publish', 'dlock:client:' .. cid, ticket .. ' ' .. string.format('%d', tok))
+      -- The TTL goes along: the waiter's client may use another claim window.
+      redis.call('publish', 'dlock:client:' .. cid,
+        ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
       return 1
     end
   end

@@ -20,9 +20,10 @@ if not cnt then
   return {0}
 end
 cnt = tonumber(cnt)
-if ARGV[5] ~= '1' and cnt > 1 then
-  if cnt == expected - 1 then return {1, cnt} end
-  return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)}
+if ARGV[5] ~= '1' then
+  -- A resent 2 -> 1 finds count 1, which must not read as a final release.
+  if expected > 1 and cnt == expected - 1 then return {1, cnt} end
+  if cnt > 1 then return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
 end
 redis.call('set', KEYS[5], req, 'PX', ARGV[4])
 redis.call('hdel', KEYS[1], ARGV[1])

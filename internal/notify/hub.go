@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ func New(rdb redis.UniversalClient, clientChannel string, linger time.Duration, 
 		chans:         make(map[string]*channel),
 		tickets:       make(map[uint64]*Waiter),
 		clientReady:   make(chan struct{}),
+		// A random start: a stale queue entry left by an earlier process
+		// with the same client id must not match a ticket of this one.
+		nextTicket: rand.Uint64(),
 	}
 }
 
@@ -119,6 +123,9 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 	}
 	ch.refs++
 	h.nextTicket++
+	if h.nextTicket == 0 {
+		h.nextTicket = 1 // 0 is the ticket of waiters that poll
+	}
 	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, shared: shared, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
@@ -296,17 +303,21 @@ func (h *Hub) dispatch(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if name == h.clientChannel {
-		t, tok, ok := strings.Cut(payload, " ")
-		if !ok {
+		// "<ticket> <token> <ttl ms>": the lock was handed to ticket.
+		f := strings.Fields(payload)
+		if len(f) != 3 {
 			return
 		}
-		ticket, err1 := strconv.ParseUint(t, 10, 64)
-		token, err2 := strconv.ParseUint(tok, 10, 64)
-		if err1 != nil || err2 != nil {
+		ticket, err1 := strconv.ParseUint(f[0], 10, 64)
+		token, err2 := strconv.ParseUint(f[1], 10, 64)
+		ttl, err3 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
 			return
 		}
 		if w := h.tickets[ticket]; w != nil {
-			w.signal(func(w *Waiter) { w.granted, w.token = true, token })
+			w.signal(func(w *Waiter) {
+				w.granted, w.token, w.ttl = true, token, time.Duration(ttl)*time.Millisecond
+			})
 		}
 		return
 	}

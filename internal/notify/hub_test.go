@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -46,8 +47,8 @@ func TestHub(t *testing.T) {
 	}
 
 	// A hand-off reaches exactly its ticket.
-	rdb.Publish(ctx, "dlock:client:test", "2 12345678901234567")
-	if ev := waitEvent(t, w2); !ev.Granted || ev.Token != 12345678901234567 {
+	rdb.Publish(ctx, "dlock:client:test", strconv.FormatUint(w2.Ticket, 10)+" 12345678901234567 2000")
+	if ev := waitEvent(t, w2); !ev.Granted || ev.Token != 12345678901234567 || ev.TTL != 2*time.Second {
 		t.Fatalf("w2 event %+v", ev)
 	}
 	// "0" wakes one waiter, "1" all of them.

@@ -1,6 +1,9 @@
 package notify
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Waiter is one goroutine's registration with a Hub. Its owner goroutine
 // receives from C and then calls Take; the Hub sets its state.
@@ -17,23 +20,25 @@ type Waiter struct {
 	mu      sync.Mutex
 	granted bool
 	token   uint64
+	ttl     time.Duration
 	retry   bool
 	closed  bool
 }
 
 // Event is what happened to a waiter since the last Take.
 type Event struct {
-	Granted bool   // the lock was handed to this waiter
-	Token   uint64 // its fencing token, when Granted
-	Retry   bool   // the lock may be free: try again
-	Closed  bool   // the Hub was closed
+	Granted bool          // the lock was handed to this waiter
+	Token   uint64        // its fencing token, when Granted
+	TTL     time.Duration // the TTL Redis gave the hand-off, when Granted
+	Retry   bool          // the lock may be free: try again
+	Closed  bool          // the Hub was closed
 }
 
 // Take returns and clears what happened since the last call.
 func (w *Waiter) Take() Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := Event{Granted: w.granted, Token: w.token, Retry: w.retry, Closed: w.closed}
+	e := Event{Granted: w.granted, Token: w.token, TTL: w.ttl, Retry: w.retry, Closed: w.closed}
 	w.granted, w.retry = false, false
 	return e
 }

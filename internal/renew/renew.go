@@ -87,6 +87,7 @@ func New(period time.Duration, run Func, slot func(string) uint16) *Renewer {
 func (r *Renewer) Add(e *Entry, first time.Duration) {
 	r.mu.Lock()
 	e.due = time.Now().Add(first)
+	e.removed = false
 	r.entries[e] = struct{}{}
 	// Wake the loop only if it sleeps past the new entry's due time: most
 	// entries fall due after the one it already waits for, and a wake-up per
@@ -112,6 +113,15 @@ func (r *Renewer) Remove(e *Entry) {
 	if wait != nil {
 		<-wait
 	}
+}
+
+// Cancel stops renewing e without waiting for a call in flight; the result
+// of such a call is ignored for e.
+func (r *Renewer) Cancel(e *Entry) {
+	r.mu.Lock()
+	e.removed = true
+	delete(r.entries, e)
+	r.mu.Unlock()
 }
 
 // Len returns the number of entries under renewal.

@@ -1,0 +1,172 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Close ends the holds it releases as losses: a WithLock function still
+// running has its context cancelled before anyone else can get the lock.
+func TestCloseCancelsRunningWithLock(t *testing.T) {
+	c, err := New(rdbFor(t, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, shared)
+	fnCtx := make(chan context.Context, 1)
+	result := make(chan error, 1)
+	go func() {
+		result <- c.WithLock(context.Background(), "close-running", func(ctx context.Context) error {
+			fnCtx <- ctx
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	fctx := <-fnCtx
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	// The moment another owner gets the lock, fn must already have been told.
+	m := other.Mutex("close-running")
+	if err := m.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if fctx.Err() == nil {
+		t.Fatal("another owner got the lock while fn's context was still live")
+	}
+	mustUnlock(t, m)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-result; !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("WithLock = %v, want fn's cause: ErrLockLost and ErrClosed", err)
+	}
+}
+
+// A panic in fn releases the lock before it propagates.
+func TestWithLockPanicReleases(t *testing.T) {
+	c := newClient(t, shared)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic swallowed")
+			}
+		}()
+		_ = c.WithLock(ctxT(t), "panic", func(context.Context) error { panic("boom") })
+	}()
+	if l, _ := c.Mutex("panic").IsLocked(ctxT(t)); l {
+		t.Fatal("lock still held after a panic in fn")
+	}
+	if c.renewer.Len() != 0 {
+		t.Fatal("renewal still running after a panic in fn")
+	}
+}
+
+// A spinning waiter gives up with ErrClosed when its client closes.
+func TestSpinWaiterStopsOnClose(t *testing.T) {
+	holder := newClient(t, shared)
+	h := holder.Mutex("spin-close")
+	mustLock(t, h)
+	c, err := New(rdbFor(t, shared), WithSpin(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- c.Mutex("spin-close").Lock(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("spinning Lock after Close = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("spinning waiter ignored Close")
+	}
+	mustUnlock(t, h)
+}
+
+// Re-entering a hold that was declared lost fails with the loss, instead of
+// quietly extending a hold that nothing renews.
+func TestReentryAfterLossFails(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	m := c.Mutex("reenter-lost")
+	mustLock(t, m)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	<-m.Done()
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctxT(t)); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("re-entry of a lost hold = %v, want ErrLockLost", err)
+	}
+	_ = m.Unlock(ctxT(t))
+}
+
+// When Redis has more holds than the handle knew (a re-entry whose reply was
+// lost), the "final" Unlock leaves the hold running and renewed.
+func TestUnlockWithHiddenHoldKeepsRenewing(t *testing.T) {
+	c := newClient(t, shared, WithWatchdogTimeout(300*time.Millisecond))
+	ctx := ctxT(t)
+	m := c.Mutex("hidden-hold")
+	mustLock(t, m)
+	rdbFor(t, shared).HIncrBy(ctx, "hidden-hold", m.Owner(), 1)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // three watchdog timeouts
+	if n, _ := m.HoldCount(ctx); n != 1 {
+		t.Fatalf("hidden hold count = %d after 3 TTLs, want it kept alive at 1", n)
+	}
+	if m.Err() != nil {
+		t.Fatal(m.Err())
+	}
+	mustUnlock(t, m)
+}
+
+// A fixed-lease hold that arrives by hand-off is only as safe as the claim
+// window Redis gave it until the extension to the full lease succeeds: with
+// Redis unreachable, the holder is told at the end of the claim, not of the
+// lease, and without waiting for the hanging renewal call.
+func TestHandoffFixedLeaseTrustsOnlyTheClaim(t *testing.T) {
+	r := testenvRedis(t)
+	a := newClient(t, r, WithHandoffClaim(300*time.Millisecond))
+	b := newClient(t, r)
+	ctx := ctxT(t)
+	h := a.Mutex("handoff-lease")
+	mustLock(t, h)
+	w := b.Mutex("handoff-lease")
+	got := make(chan error, 1)
+	go func() {
+		ok, err := w.TryLock(ctx, 10*time.Second, 8*time.Second)
+		if err == nil && !ok {
+			err = errors.New("not acquired")
+		}
+		got <- err
+	}()
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	mustUnlock(t, h)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	start := time.Now()
+	select {
+	case <-w.Done():
+		if !errors.Is(w.Err(), ErrLockLost) {
+			t.Fatalf("Err = %v", w.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder trusted the full 8s lease while Redis had only the 300ms claim")
+	}
+	t.Logf("told after %v", time.Since(start))
+}
