@@ -78,6 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		writerWaitMs: ms(cfg.recheck + cfg.claim),
 	}
 	c.hub = notify.New(rdb, keys.ClientChannel(c.id), cfg.linger, cfg.logger)
+	c.hub.ReadyTimeout = cfg.recheck
 	var slot func(string) uint16
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = keys.Slot

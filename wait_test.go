@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // pubsubConns counts the server's pub/sub connections.
@@ -226,6 +229,43 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 	}
 	if w.Token() <= h.Token() && w.Token() == 0 {
 		t.Fatal("no token")
+	}
+	mustUnlock(t, w)
+}
+
+// Where pub/sub is refused (here by an ACL), waiting degrades to periodic
+// re-checks instead of hanging: the waiter still gets the lock.
+func TestWaiterWithoutPubSub(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	if _, err := r.Do(ctx, "ACL", "SETUSER", "nopubsub", "on", "nopass", "~*", "+@all", "-@pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	holder := newClient(t, r)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "nopubsub",
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.cfg.recheck = 200 * time.Millisecond
+	c.hub.ReadyTimeout = 200 * time.Millisecond
+	h := holder.Mutex("no-pubsub")
+	mustLock(t, h)
+	w := c.Mutex("no-pubsub")
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	mustUnlock(t, h)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter without pub/sub never got the lock")
 	}
 	mustUnlock(t, w)
 }

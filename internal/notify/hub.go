@@ -47,6 +47,9 @@ type Hub struct {
 	clientOK    bool
 	closed      bool
 	readerDone  chan struct{}
+	// ReadyTimeout, when set before first use, bounds how long Join waits
+	// for the client channel's confirmation; 0 waits as long as ctx allows.
+	ReadyTimeout time.Duration
 	// OnResubscribe, when set before first use, is called after the connection
 	// was re-established and the client channel confirmed again.
 	OnResubscribe func()
@@ -141,8 +144,20 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 		h.Leave(w)
 		return nil, err
 	}
+	var giveUp <-chan time.Time
+	if h.ReadyTimeout > 0 {
+		t := time.NewTimer(h.ReadyTimeout)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	select {
 	case <-ready:
+		return w, nil
+	case <-giveUp:
+		// Pub/sub is not confirmed (refused by an ACL, a proxy without
+		// pub/sub, a dead connection): the waiter goes on, relying on its
+		// periodic re-checks instead of messages.
+		h.log.Warn("dlock: pub/sub subscription not confirmed; waiting by re-checks", "after", h.ReadyTimeout)
 		return w, nil
 	case <-ctx.Done():
 		h.Leave(w)
