@@ -13,7 +13,10 @@ import (
 func TestReplicaAck(t *testing.T) {
 	primary := testenvRedis(t)
 	replica := testenv.StartReplica(t, primary)
-	c := newClient(t, primary, WithReplicaAck(1, 300*time.Millisecond))
+	// Generous where the replica is up (a loaded CI box can be slow to
+	// replicate), short where it is paused.
+	c := newClient(t, primary, WithReplicaAck(1, 5*time.Second))
+	short := newClient(t, primary, WithReplicaAck(1, 300*time.Millisecond))
 	ctx := ctxT(t)
 
 	m := c.Mutex("acked")
@@ -27,7 +30,7 @@ func TestReplicaAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer replica.Resume()
-	n := c.Mutex("not-acked")
+	n := short.Mutex("not-acked")
 	ok, err := n.TryLock(ctx, time.Second, 0)
 	if ok || !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("TryLock with the replica paused = %v, %v; want ErrNotReplicated", ok, err)
@@ -35,7 +38,7 @@ func TestReplicaAck(t *testing.T) {
 	if l, _ := n.IsLocked(ctx); l {
 		t.Fatal("an unacknowledged grant was left held")
 	}
-	if n.Token() != 0 || c.renewer.Len() != 0 {
+	if n.Token() != 0 || short.renewer.Len() != 0 {
 		t.Fatal("an unacknowledged grant left local state behind")
 	}
 
