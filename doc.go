@@ -51,8 +51,12 @@
 // one owner holds a lock, and a holder learns that its hold ended (Done is
 // closed, Err wraps ErrLockLost, the WithLock context is cancelled) no later
 // than the lock's TTL after its last confirmed renewal, as measured by the
-// holder's monotonic clock. Tokens of successive holds of one name strictly
-// increase (see Mutex.Token for the exact conditions).
+// holder's monotonic clock. (For a lock handed over by a releasing process,
+// the TTL is counted from when the hand-off message is read, which assumes
+// pub/sub delivery takes a small part of the 2s claim window.) Tokens of
+// successive holds of one name strictly increase (see the fencing paragraph
+// below). Close tells every holder of its client (as a loss wrapping
+// ErrClosed) before it releases their locks.
 //
 // # What is not guaranteed
 //
