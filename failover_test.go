@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -75,6 +76,49 @@ func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
 	}
 	if w.Token() <= token {
 		t.Fatalf("token after failover %d not above %d", w.Token(), token)
+	}
+	mustUnlock(t, w)
+}
+
+// Redis restarting without persistence forgets every lock: the holder is
+// told at its next renewal, and a waiter whose queue vanished with the data
+// still gets the lock once its connection is back.
+func TestRedisRestartLosesHoldsAndWaitersRecover(t *testing.T) {
+	r := testenvRedis(t)
+	a := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
+	b := newClient(t, r)
+	b.cfg.recheck = 500 * time.Millisecond
+	ctx := ctxT(t)
+	h := a.Mutex("restart")
+	mustLock(t, h)
+	w := b.Mutex("restart")
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+		if !errors.Is(h.Err(), ErrLockLost) {
+			t.Fatalf("holder's Err = %v", h.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder not told that the restart lost its lock")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter never got the lock after the restart")
+	}
+	if err := h.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Unlock of the lost hold = %v", err)
 	}
 	mustUnlock(t, w)
 }
