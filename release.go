@@ -15,7 +15,7 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 		var final bool
 		var held time.Duration
 		defer func() {
-			if !errors.Is(err, ErrNotHeld) {
+			if !errors.Is(err, ErrNotHeld) && err != ErrClosed { // neither released anything
 				finish(Release{Kind: m.kind, Name: m.name, Final: final, Held: held, Err: err})
 			}
 		}()
