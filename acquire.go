@@ -190,9 +190,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		case <-timer.C:
 			retry = true
 		case <-ctx.Done():
-			if ev := w.Take(); ev.Granted && ctx.Err() == nil {
-				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
-			}
+			// A hand-off that raced the cancellation is passed on by leave.lua.
 			m.leaveQueue(ctx, entry)
 			return false, context.Cause(ctx)
 		}
