@@ -34,6 +34,27 @@ func TestRepeatedAcquireCountsOnce(t *testing.T) {
 	rdbFor(t, r).Del(ctx, "idem-acquire")
 }
 
+// A resent queueing call does not queue the waiter twice.
+func TestRepeatedQueueingQueuesOnce(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	h := c.Mutex("idem-queue")
+	mustLock(t, h)
+	w := c.Mutex("idem-queue")
+	entry := "42 30000 " + w.field
+	for range 2 {
+		if res, err := w.attempt(ctx, 30*time.Second, 0, entry, false); err != nil || res.status != 0 {
+			t.Fatal(res, err)
+		}
+	}
+	if q, _ := rdbFor(t, r).LRange(ctx, w.ks.Queue, 0, -1).Result(); len(q) != 1 || q[0] != entry {
+		t.Fatalf("queue after a resent queueing call = %q, want one entry", q)
+	}
+	rdbFor(t, r).Del(ctx, w.ks.Queue)
+	mustUnlock(t, h)
+}
+
 func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r)

@@ -46,8 +46,13 @@ local function enqueue()
   if ARGV[5] == '1' then
     if not redis.call('lpos', KEYS[3], ARGV[4]) then redis.call('rpush', KEYS[3], ARGV[4]) end
     redis.call('pexpire', KEYS[3], ARGV[6])
-  elseif redis.call('rpush', KEYS[3], ARGV[4]) == 1 then
-    redis.call('pexpire', KEYS[3], ARGV[6])
+  else
+    -- A call resent by go-redis (its reply lost) finds its own entry last in
+    -- the queue: one look at the tail keeps it from queueing twice.
+    if redis.call('lpos', KEYS[3], ARGV[4], 'RANK', -1, 'MAXLEN', 1) then return end
+    if redis.call('rpush', KEYS[3], ARGV[4]) == 1 then
+      redis.call('pexpire', KEYS[3], ARGV[6])
+    end
   end
 end
 if ttl == -2 and ARGV[8] == '1' then
