@@ -142,7 +142,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 	sent := time.Now()
 	res, err := m.attempt(ctx, ttl, 0, entry, false)
 	if err != nil {
-		m.leaveQueue(ctx, entry)
+		m.leaveAfterError(ctx, entry)
 		return false, err
 	}
 	if res.status == 1 {
@@ -162,7 +162,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		entry = m.entry(w, ttl)
 		sent = time.Now()
 		if res, err = m.attempt(ctx, ttl, 0, entry, false); err != nil {
-			m.leaveQueue(ctx, entry)
+			m.leaveAfterError(ctx, entry)
 			return false, err
 		}
 		if res.status == 1 {
@@ -208,7 +208,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever 
 		}
 		sent = time.Now()
 		if res, err = m.attempt(ctx, ttl, 0, entry, registered); err != nil {
-			m.leaveQueue(ctx, entry)
+			m.leaveAfterError(ctx, entry)
 			return false, err
 		}
 		if res.status == 1 {
@@ -253,7 +253,7 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		sent := time.Now()
 		res, err := m.attempt(ctx, ttl, 0, entry, registered)
 		if err != nil {
-			m.leaveQueue(ctx, entry)
+			m.leaveAfterError(ctx, entry)
 			return false, err
 		}
 		if res.status == 1 {
@@ -345,14 +345,25 @@ func (m *Mutex) entry(w *notify.Waiter, ttl time.Duration) string {
 // leaveQueue takes a giving-up waiter out of the queue, and passes the lock
 // on if it was handed to us meanwhile. It runs even when ctx is cancelled,
 // within a bounded time.
-//
-// Without an entry it still runs for a Mutex or FairMutex: after a failed
-// call the grant may have happened with its reply lost, and leave.lua
-// releases a hold of this owner that nobody knows of.
 func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
+	if entry == "" {
+		return
+	}
+	m.leave(ctx, entry)
+}
+
+// leaveAfterError is leaveQueue after an attempt that failed: the grant may
+// have happened with its reply lost, so for a Mutex or FairMutex leave.lua
+// runs even without an entry, to release a hold of this owner that nobody
+// knows of.
+func (m *Mutex) leaveAfterError(ctx context.Context, entry string) {
 	if entry == "" && m.side != 0 {
 		return
 	}
+	m.leave(ctx, entry)
+}
+
+func (m *Mutex) leave(ctx context.Context, entry string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
 	defer cancel()
 	a := &m.c.args

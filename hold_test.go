@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Close ends the holds it releases as losses: a WithLock function still
@@ -169,4 +172,38 @@ func TestHandoffFixedLeaseTrustsOnlyTheClaim(t *testing.T) {
 		t.Fatal("holder trusted the full 8s lease while Redis had only the 300ms claim")
 	}
 	t.Logf("told after %v", time.Since(start))
+}
+
+// Close keeps to its budget when Redis does not answer: it does not wait for
+// a hanging renewal, and its releases give up at WithCloseTimeout. (go-redis
+// itself may hold a call up to its dial and read timeouts; this client's are
+// short so that only dlock's own waiting is measured.)
+func TestCloseIsBoundedWhenRedisHangs(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := New(rdb, WithWatchdogTimeout(600*time.Millisecond), WithCloseTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Mutex("close-hang")
+	mustLock(t, m)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	time.Sleep(300 * time.Millisecond) // a renewal is now in flight, hanging
+	done := m.Done()
+	start := time.Now()
+	_ = c.Close() // may report the release that could not be sent
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Close took %v with a 500ms budget", took)
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("holder not told that Close ended its hold")
+	}
 }

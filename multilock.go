@@ -53,7 +53,7 @@ type namedLocker interface {
 // MultiLock returns a lock over locks, taken all or nothing in sorted name
 // order. Each member must be a dlock lock handle of this or another Client,
 // with a distinct name. Bad members (none, nil, an invalid or repeated name,
-// a Locker that is not one of dlock's named locks, such as a MultiLock) are
+// a Locker without a Name method, such as a MultiLock) are
 // reported with ErrInvalidArgument by the first call, before any network call.
 func (c *Client) MultiLock(locks ...Locker) *MultiLock {
 	ml := &MultiLock{c: c}
@@ -150,7 +150,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, for
 	if len(ml.c.cfg.observers) > 0 {
 		finish := ml.c.observeAcquire(ctx, KindMulti, ml.name)
 		defer func() {
-			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil,
+			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
 				Err: err, Waited: time.Since(start)})
 		}()
 	}
@@ -197,7 +197,9 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	err := errors.Join(errs...)
 	if final != nil {
-		final(Release{Kind: KindMulti, Name: ml.name, Final: true, Err: err})
+		// Final only when the members were held: a second Unlock (every
+		// member ErrNotHeld) released nothing.
+		final(Release{Kind: KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err})
 	}
 	return err
 }

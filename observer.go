@@ -50,7 +50,9 @@ type Observer interface {
 	// the caller's, for tracing.
 	AcquireStarted(ctx context.Context, kind Kind, name string) func(Acquisition)
 	// ReleaseStarted is called when an Unlock begins. The returned function,
-	// if not nil, is called exactly once with the outcome.
+	// if not nil, is called exactly once with the outcome; an Unlock that
+	// released nothing (ErrNotHeld, ErrClosed) reports Final false and its
+	// error.
 	ReleaseStarted(ctx context.Context, kind Kind, name string) func(Release)
 	// Lost is called when a hold ends without Unlock.
 	Lost(kind Kind, name string, cause error)

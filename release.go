@@ -15,9 +15,10 @@ func (m *Mutex) release(ctx context.Context, all bool) (err error) {
 		var final bool
 		var held time.Duration
 		defer func() {
-			if !errors.Is(err, ErrNotHeld) && err != ErrClosed { // neither released anything
-				finish(Release{Kind: m.kind, Name: m.name, Final: final, Held: held, Err: err})
+			if errors.Is(err, ErrNotHeld) || err == ErrClosed {
+				final, held = false, 0 // nothing was released
 			}
+			finish(Release{Kind: m.kind, Name: m.name, Final: final, Held: held, Err: err})
 		}()
 		m.mu.Lock()
 		if m.h != nil {

@@ -391,3 +391,33 @@ func TestRWClose(t *testing.T) {
 		t.Fatalf("%d read-write locks still held after Close", n)
 	}
 }
+
+// ForceUnlock (dlock unlock --force) on a read-write lock wakes its waiters
+// at once, not at their next re-check.
+func TestForceUnlockWakesRWWaiters(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	b.cfg.recheck = time.Minute
+	ctx := ctxT(t)
+	if err := a.RWMutex("force-rw").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reader := b.RWMutex("force-rw")
+	got := make(chan error, 1)
+	go func() { got <- reader.RLock(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	if ok, err := a.Mutex("force-rw").ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader waiting on a force-unlocked read-write lock was not woken")
+	}
+	if err := reader.RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -55,6 +55,19 @@ func TestSpinMode(t *testing.T) {
 	}
 	mustUnlock(t, holder)
 	s := commands(t, r)
+	// The backoff doubles from 1ms to 16ms: a 100ms wait costs about ten
+	// attempts, where a fixed 1ms poll would cost about a hundred.
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, holder)
+	if ok, err := c.Mutex("spin").TryLock(ctx, 100*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLock on a held lock = %v, %v", ok, err)
+	}
+	if n := commands(t, r)["evalsha"]; n > 30 {
+		t.Fatalf("%d scripts in a 100ms spin wait: the backoff does not grow", n)
+	}
+	mustUnlock(t, holder)
 	if s["subscribe"] != 0 || s["rpush"] != 0 {
 		t.Fatalf("spin mode used pub/sub or the queue: %v", s)
 	}

@@ -214,7 +214,10 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 	go func() { got <- w.Lock(ctx) }()
 	rdb := rdbFor(t, r)
 	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return n == 1 })
-	// Pause the server so the kill and the release land before the reconnect.
+	first := h.Token()
+	// The kill and the release are sent back to back: the release usually
+	// lands while the waiter's connection is down (the hub reconnects after
+	// 10ms); when it does not, the message arrives as usual.
 	if _, err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +230,8 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter did not recover from the pub/sub drop")
 	}
-	if w.Token() <= h.Token() && w.Token() == 0 {
-		t.Fatal("no token")
+	if w.Token() <= first {
+		t.Fatalf("waiter's token %d not above the previous holder's %d", w.Token(), first)
 	}
 	mustUnlock(t, w)
 }

@@ -68,3 +68,41 @@ func TestWithLockKinds(t *testing.T) {
 		t.Errorf("Read twice: %v", err)
 	}
 }
+
+// kindRecorder is an Observer that records the kind of every acquisition.
+type kindRecorder struct {
+	NopObserver
+	mu    sync.Mutex
+	kinds []Kind
+}
+
+func (k *kindRecorder) AcquireStarted(_ context.Context, kind Kind, _ string) func(Acquisition) {
+	k.mu.Lock()
+	k.kinds = append(k.kinds, kind)
+	k.mu.Unlock()
+	return nil
+}
+
+// Each WithLock option takes its own kind of lock, not a plain Mutex.
+func TestWithLockOptionsPickTheKind(t *testing.T) {
+	rec := &kindRecorder{}
+	c := newClient(t, shared, WithObserver(rec))
+	ctx := ctxT(t)
+	noop := func(context.Context) error { return nil }
+	for _, o := range []LockOption{Fair(), Read(), Write(), WaitTime(time.Second)} {
+		if err := c.WithLock(ctx, "wl:kind", noop, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []Kind{KindFair, KindRead, KindWrite, KindMutex}
+	if len(rec.kinds) != len(want) {
+		t.Fatalf("kinds %v, want %v", rec.kinds, want)
+	}
+	for i := range want {
+		if rec.kinds[i] != want[i] {
+			t.Fatalf("kinds %v, want %v", rec.kinds, want)
+		}
+	}
+}

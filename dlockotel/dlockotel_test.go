@@ -63,16 +63,16 @@ func TestSpans(t *testing.T) {
 	if err := a.Unlock(ctx); err != nil { // 4: release
 		t.Fatal(err)
 	}
-	if err := b.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) { // not a release: no span
+	if err := b.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) { // 5: a release of nothing
 		t.Fatal(err)
 	}
 	parent.End()
 
 	spans := exp.GetSpans()
-	if len(spans) != 5 {
+	if len(spans) != 6 {
 		t.Fatalf("%d spans: %v", len(spans), spans)
 	}
-	for _, s := range spans[:4] {
+	for _, s := range spans[:5] {
 		if s.Parent.SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("%s is not a child of the caller's span", s.Name)
 		}
@@ -116,8 +116,11 @@ func TestSpans(t *testing.T) {
 	if rel.Name != dlockotel.SpanRelease || !at[dlockotel.AttrFinal].AsBool() || at[dlockotel.AttrHeldMS].AsFloat64() < 30 || rel.Status.Code != codes.Unset {
 		t.Errorf("release span: %s %v %v", rel.Name, at, rel.Status)
 	}
-	if spans[4].Name != "request" {
-		t.Errorf("last span %s", spans[4].Name)
+	if s := spans[4]; s.Name != dlockotel.SpanRelease || attrs(s)[dlockotel.AttrFinal].AsBool() || s.Status.Code != codes.Error {
+		t.Errorf("release of nothing: %s %v %v (every started span must end)", s.Name, attrs(s), s.Status)
+	}
+	if spans[5].Name != "request" {
+		t.Errorf("last span %s", spans[5].Name)
 	}
 }
 

@@ -65,6 +65,8 @@ type Renewer struct {
 	wakeAt  time.Time // when the sleeping loop wakes; guarded by mu
 	stop    chan struct{}
 	done    chan struct{}
+	base    context.Context // cancelled by Stop: a call in flight ends at once
+	cancel  context.CancelFunc
 	stopped bool
 }
 
@@ -79,6 +81,7 @@ func New(period time.Duration, run Func, slot func(string) uint16) *Renewer {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	r.base, r.cancel = context.WithCancel(context.Background())
 	go r.loop()
 	return r
 }
@@ -141,6 +144,7 @@ func (r *Renewer) Stop() {
 	r.stopped = true
 	close(r.stop)
 	r.mu.Unlock()
+	r.cancel()
 	<-r.done
 }
 
@@ -250,7 +254,7 @@ func (r *Renewer) call(b []*Entry) {
 		}
 		ttls[i] = max(ttl.Milliseconds(), 1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.period)
+	ctx, cancel := context.WithTimeout(r.base, r.period)
 	held, err := r.run(ctx, keys, fields, ttls)
 	cancel()
 
