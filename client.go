@@ -111,10 +111,14 @@ func (c *Client) Mutex(name string) *Mutex {
 }
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiter
-// with ErrClosed, and releases the locks the client still holds, spending at
-// most the close timeout (WithCloseTimeout, default 5s) on it. Locks it could
-// not release expire by their TTL. Close is idempotent and safe to call
-// concurrently with lock operations, which then fail with ErrClosed.
+// with ErrClosed, tells every holder that its hold ended (Done closes, Err
+// and the WithLock context's cause wrap ErrLockLost and ErrClosed), and then
+// releases the locks the client still holds, spending at most the close
+// timeout (WithCloseTimeout, default 5s) on the releases; go-redis may add up
+// to its own dial and read timeouts to a call against a server that does
+// not answer. Locks it could not release expire by their TTL. Close is
+// idempotent and safe to call concurrently with lock operations, which then
+// fail with ErrClosed.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
