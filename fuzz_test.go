@@ -78,3 +78,102 @@ func FuzzMutexOps(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRWOps does the same for RWMutex: two handles take and release read and
+// write holds in random order. Invariants: a write hold excludes the other
+// handle's holds of either kind; reads share; a handle that holds only reads
+// gets ErrUpgrade for a write; the writer may also read; releases of nothing
+// are ErrNotHeld; once everything is released the lock is free.
+func FuzzRWOps(f *testing.F) {
+	f.Add([]byte{0, 4, 1, 5, 2, 3, 6, 7, 0, 2}, "catalog")
+	f.Add([]byte{2, 0, 3, 4, 1, 6, 5, 7}, "x{y}")
+	f.Fuzz(func(t *testing.T, ops []byte, name string) {
+		name = "fuzzrw:" + name
+		if keys.Validate(name) != nil || len(ops) > 40 {
+			return
+		}
+		c, err := New(shared.NewClient(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		hs := [2]*RWMutex{c.RWMutex(name), c.RWMutex(name)}
+		var reads, writes [2]int
+		for _, op := range ops {
+			i := int(op>>2) % 2
+			o := 1 - i
+			h := hs[i]
+			switch op % 4 {
+			case 0: // read
+				ok, err := h.TryRLock(ctx, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := writes[o] == 0; ok != want {
+					t.Fatalf("TryRLock by %d = %v, want %v (reads %v writes %v)", i, ok, want, reads, writes)
+				}
+				if ok {
+					reads[i]++
+				}
+			case 1: // write
+				ok, err := h.TryLock(ctx, 0, 0)
+				if reads[i] > 0 && writes[i] == 0 {
+					if !errors.Is(err, ErrUpgrade) {
+						t.Fatalf("upgrade by %d = %v, %v; want ErrUpgrade", i, ok, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := writes[i] > 0 || (reads[o] == 0 && writes[o] == 0); ok != want {
+					t.Fatalf("TryLock by %d = %v, want %v (reads %v writes %v)", i, ok, want, reads, writes)
+				}
+				if ok {
+					writes[i]++
+				}
+			case 2:
+				err := h.RUnlock(ctx)
+				if reads[i] == 0 {
+					if !errors.Is(err, ErrNotHeld) {
+						t.Fatalf("RUnlock of nothing = %v", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				reads[i]--
+			case 3:
+				err := h.Unlock(ctx)
+				if writes[i] == 0 {
+					if !errors.Is(err, ErrNotHeld) {
+						t.Fatalf("Unlock of nothing = %v", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				writes[i]--
+			}
+		}
+		for i, h := range hs {
+			for ; writes[i] > 0; writes[i]-- {
+				if err := h.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for ; reads[i] > 0; reads[i]-- {
+				if err := h.RUnlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if n, err := c.rdb.Exists(ctx, name).Result(); n != 0 || err != nil {
+			t.Fatalf("lock still there after every hold was released: %v, %v", n, err)
+		}
+	})
+}
