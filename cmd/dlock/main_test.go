@@ -750,3 +750,20 @@ func TestVersionAndHelp(t *testing.T) {
 }
 
 var _ = redis.Nil
+
+// On a lost hold CMD gets SIGTERM first, and time to act on it before the
+// SIGKILL that follows the grace period.
+func TestRunLostSendsTERMFirst(t *testing.T) {
+	c := newClient(t, shared)
+	name := "t-lost-term-first"
+	s := dlockStart(t, "--redis", redisURL(shared), "run", "--watchdog", "300ms", "--grace", "10s", name, "--",
+		"sh", "-c", "trap 'echo got-term; kill $!; exit 0' TERM; echo ready; sleep 30 & wait")
+	s.waitLine(t, "ready")
+	if held, err := c.Mutex(name).ForceUnlock(ctxT(t)); err != nil || !held {
+		t.Fatalf("ForceUnlock: %v %v", held, err)
+	}
+	s.waitLine(t, "got-term")
+	if code := s.wait(t, 15*time.Second); code != exitLost {
+		t.Fatalf("exit code %d, want %d; stderr: %s", code, exitLost, s.stderr)
+	}
+}
