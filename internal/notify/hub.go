@@ -286,6 +286,7 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 func (h *Hub) confirmed(name string, again bool) {
 	h.mu.Lock()
 	var cb func()
+	restored := false
 	if name == h.clientChannel {
 		if !h.clientOK {
 			h.clientOK = true
@@ -298,6 +299,7 @@ func (h *Hub) confirmed(name string, again bool) {
 				w.signal(func(w *Waiter) { w.retry = true })
 			}
 			cb = h.OnResubscribe
+			restored = true
 		}
 	} else if ch := h.chans[name]; ch != nil {
 		if ch.confirmed || again {
@@ -308,8 +310,10 @@ func (h *Hub) confirmed(name string, again bool) {
 		ch.confirmed = true
 	}
 	h.mu.Unlock()
-	if cb != nil {
+	if restored {
 		h.log.Info("dlock: pub/sub connection restored")
+	}
+	if cb != nil {
 		cb()
 	}
 }
