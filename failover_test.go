@@ -66,14 +66,7 @@ func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
 	default:
 	}
 	mustUnlock(t, h)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not get the lock on the new primary")
-	}
+	awaitNil(t, got, 10*time.Second, "waiter did not get the lock on the new primary")
 	if w.Token() <= token {
 		t.Fatalf("token after failover %d not above %d", w.Token(), token)
 	}
@@ -109,14 +102,7 @@ func TestRedisRestartLosesHoldsAndWaitersRecover(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("holder not told that the restart lost its lock")
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter never got the lock after the restart")
-	}
+	awaitNil(t, got, 10*time.Second, "waiter never got the lock after the restart")
 	if err := h.Unlock(ctx); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Unlock of the lost hold = %v", err)
 	}

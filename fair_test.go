@@ -110,14 +110,7 @@ func TestFairNoBarging(t *testing.T) {
 			if ok {
 				t.Fatal("a newcomer barged past a queued waiter")
 			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("the queued waiter was not handed the free lock")
-			}
+			awaitNil(t, got, 2*time.Second, "the queued waiter was not handed the free lock")
 			if w.Token() == 0 {
 				t.Fatal("no token")
 			}

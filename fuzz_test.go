@@ -1,10 +1,8 @@
 package dlock
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 )
@@ -23,13 +21,7 @@ func FuzzMutexOps(f *testing.F) {
 		if keys.Validate(name) != nil || len(ops) > 40 {
 			return
 		}
-		c, err := New(shared.NewClient(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
+		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*Mutex{c.Mutex(name), c.Mutex(name)}
 		var counts [2]int
 		for _, op := range ops {
@@ -92,13 +84,7 @@ func FuzzRWOps(f *testing.F) {
 		if keys.Validate(name) != nil || len(ops) > 40 {
 			return
 		}
-		c, err := New(shared.NewClient(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
+		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*RWMutex{c.RWMutex(name), c.RWMutex(name)}
 		var reads, writes [2]int
 		for _, op := range ops {

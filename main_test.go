@@ -106,6 +106,20 @@ func commands(t testing.TB, r *testenv.Redis) map[string]int64 {
 	return s
 }
 
+// awaitNil waits up to within for a nil result on got, failing with msg if
+// none arrives in time.
+func awaitNil(t testing.TB, got <-chan error, within time.Duration, msg string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(within):
+		t.Fatal(msg)
+	}
+}
+
 func mustLock(t testing.TB, m *Mutex) {
 	t.Helper()
 	if err := m.Lock(ctxT(t)); err != nil {

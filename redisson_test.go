@@ -74,14 +74,7 @@ func testRedissonInterop(t *testing.T, name string) {
 	go func() { got <- m.Lock(ctx) }()
 	waitFor(t, "Go waiter queued", func() bool { n, _ := rdb.LLen(ctx, m.ks.Queue).Result(); return n == 1 })
 	javaUnlock()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Redisson's release did not wake the dlock waiter")
-	}
+	awaitNil(t, got, 10*time.Second, "Redisson's release did not wake the dlock waiter")
 
 	// Go holds: Redisson sees it; dlock's release wakes a Redisson waiter.
 	if ok, _ := javaLock(); ok {

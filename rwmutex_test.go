@@ -409,14 +409,7 @@ func TestForceUnlockWakesRWWaiters(t *testing.T) {
 	if ok, err := a.Mutex("force-rw").ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a reader waiting on a force-unlocked read-write lock was not woken")
-	}
+	awaitNil(t, got, 10*time.Second, "a reader waiting on a force-unlocked read-write lock was not woken")
 	if err := reader.RUnlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -222,14 +222,7 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustUnlock(t, h)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not recover from the pub/sub drop")
-	}
+	awaitNil(t, got, 10*time.Second, "waiter did not recover from the pub/sub drop")
 	if w.Token() <= first {
 		t.Fatalf("waiter's token %d not above the previous holder's %d", w.Token(), first)
 	}
@@ -262,13 +255,6 @@ func TestWaiterWithoutPubSub(t *testing.T) {
 	go func() { got <- w.Lock(ctx) }()
 	time.Sleep(300 * time.Millisecond)
 	mustUnlock(t, h)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a waiter without pub/sub never got the lock")
-	}
+	awaitNil(t, got, 10*time.Second, "a waiter without pub/sub never got the lock")
 	mustUnlock(t, w)
 }
