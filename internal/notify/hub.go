@@ -50,9 +50,6 @@ type Hub struct {
 	// ReadyTimeout, when set before first use, bounds how long Join waits
 	// for the client channel's confirmation; 0 waits as long as ctx allows.
 	ReadyTimeout time.Duration
-	// OnResubscribe, when set before first use, is called after the connection
-	// was re-established and the client channel confirmed again.
-	OnResubscribe func()
 }
 
 type channel struct {
@@ -285,7 +282,6 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 
 func (h *Hub) confirmed(name string, again bool) {
 	h.mu.Lock()
-	var cb func()
 	restored := false
 	if name == h.clientChannel {
 		if !h.clientOK {
@@ -298,7 +294,6 @@ func (h *Hub) confirmed(name string, again bool) {
 			for _, w := range h.tickets {
 				w.signal(func(w *Waiter) { w.retry = true })
 			}
-			cb = h.OnResubscribe
 			restored = true
 		}
 	} else if ch := h.chans[name]; ch != nil {
@@ -312,9 +307,6 @@ func (h *Hub) confirmed(name string, again bool) {
 	h.mu.Unlock()
 	if restored {
 		h.log.Info("dlock: pub/sub connection restored")
-	}
-	if cb != nil {
-		cb()
 	}
 }
 
