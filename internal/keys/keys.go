@@ -58,10 +58,18 @@ func HashTag(key string) (string, bool) {
 }
 
 // Companion returns the key prefix+":"+... that hashes to the same Cluster
-// slot as the lock key name. name must have passed Validate.
+// slot as the lock key name, distinct for distinct names. name must have
+// passed Validate.
+//
+// A name without a hash tag has no '}' (Validate), so "prefix:{name}" hashes
+// exactly name. A name with tag T becomes "prefix:{T}:name": T has no '}', so
+// the companion's tag is T again, and the name follows whole. Both forms
+// determine the name they came from ("prefix:{name}" never contains "}:"
+// before its end), so no two names share a companion: "X" and "{X}" map to
+// "prefix:{X}" and "prefix:{X}:{X}".
 func Companion(prefix, name string) string {
-	if _, ok := HashTag(name); ok {
-		return prefix + ":" + name
+	if tag, ok := HashTag(name); ok {
+		return prefix + ":{" + tag + "}:" + name
 	}
 	return prefix + ":{" + name + "}"
 }

@@ -70,6 +70,55 @@ func FuzzCompanion(f *testing.F) {
 	})
 }
 
+// collidingFamilies are names whose companion keys were once derived to the
+// same key ("X" and "{X}" both to dlock:queue:{X}): braces around a whole
+// name, empty and nested tags, an unclosed brace.
+var collidingFamilies = [][]string{
+	{"X", "{X}", "{X}}", "{{X}", "{X}:{X}"},
+	{"a{b", "{a{b}", "{a{b}}"},
+	{"user:{42}", "{42}", "42", "{42}:user:{42}", "user:{42}:{42}"},
+	{"{}x{y}", "x{y}", "y", "{y}", "{}{y}"},
+	{"{{}}", "{", "{{", "{{}"},
+}
+
+func TestCompanionsDistinctAcrossNames(t *testing.T) {
+	for _, fam := range collidingFamilies {
+		seen := map[string]string{}
+		for _, name := range fam {
+			if err := Validate(name); err != nil {
+				continue
+			}
+			s := For(name)
+			for _, k := range []string{s.Fence, s.Queue, s.Latch, s.Readers, s.Writers} {
+				if prev, ok := seen[k]; ok {
+					t.Errorf("names %q and %q share the companion key %q", prev, name, k)
+				}
+				seen[k] = name
+				if Slot(k) != Slot(s.Lock) {
+					t.Errorf("%q: companion %q not in the lock's slot", name, k)
+				}
+			}
+		}
+		if len(seen) < 2 {
+			t.Errorf("family %q: fewer than two valid names, the test proves nothing", fam)
+		}
+	}
+}
+
+func FuzzCompanionsDistinct(f *testing.F) {
+	f.Add("X", "{X}")
+	f.Add("a{b", "{a{b}")
+	f.Add("{x}y", "{x}")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if a == b || Validate(a) != nil || Validate(b) != nil {
+			return
+		}
+		if qa, qb := For(a).Queue, For(b).Queue; qa == qb {
+			t.Fatalf("%q and %q share the queue %q", a, b, qa)
+		}
+	})
+}
+
 // Channels follow Redisson's prefixName, so a Redisson waiter hears dlock's
 // releases also for names that carry their own hash tag.
 func TestRedissonChannelNames(t *testing.T) {
