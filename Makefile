@@ -13,6 +13,10 @@ GOFMT ?= gofmt
 # below the CI limit.
 TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2
 PKGS ?= ./...
+# Every module of the repository but bench/ (run by make bench): the library,
+# then the integrations and the CLI, each with its own go.mod (go.work joins
+# them for development).
+MODULES ?= . ./dlockprom ./dlockotel ./cmd/dlock
 
 .PHONY: all deps vet test bench fmt fmt-fix lint
 
@@ -22,11 +26,10 @@ deps:
 	@bash .ci/ensure-deps.sh
 
 vet:
-	$(GO) vet $(PKGS)
+	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && $(GO) vet $(PKGS)); done
 
-test: deps
-	$(GO) vet $(PKGS)
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+test: deps vet
+	@set -e; for m in $(MODULES); do echo "go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) $(PKGS)); done
 
 bench: deps
 	cd bench && $(GO) run .

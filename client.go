@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
@@ -60,7 +61,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 	}
 	if cfg.clientID == "" {
-		cfg.clientID = uuid.NewString()
+		cfg.clientID = randomID()
 	}
 	c := &Client{
 		rdb:   rdb,
@@ -212,3 +213,11 @@ func parseRenewField(f string) (kind, field, set string) {
 }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// randomID returns 128 random bits in hex: a client id no other live client
+// shares (Redisson uses a random UUID for the same purpose).
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

@@ -37,6 +37,32 @@ func Read() LockOption { return func(c *lockConfig) error { return c.setKind(Kin
 // RWMutex holders of the same name: use the same kind for one name.)
 func Write() LockOption { return func(c *lockConfig) error { return c.setKind(KindWrite) } }
 
+// LockSettings is what a list of LockOptions comes to: the wait, the lease
+// and the lock kind WithLock uses. See ResolveLockOptions.
+type LockSettings struct {
+	Wait  time.Duration
+	Lease time.Duration // 0: watchdog mode
+	Kind  Kind          // KindMutex, KindFair, KindRead or KindWrite
+}
+
+// ResolveLockOptions applies opts to WithLock's defaults (DefaultWaitTime,
+// watchdog mode, KindMutex) and returns the result, or an error wrapping
+// ErrInvalidArgument for a nil, bad or conflicting option. Fallback
+// implementations use it to read the options WithLock was given. Safe for
+// concurrent use.
+func ResolveLockOptions(opts ...LockOption) (LockSettings, error) {
+	cfg := lockConfig{wait: DefaultWaitTime, kind: KindMutex}
+	for i, o := range opts {
+		if o == nil {
+			return LockSettings{}, fmt.Errorf("%w: lock option %d is nil", ErrInvalidArgument, i)
+		}
+		if err := o(&cfg); err != nil {
+			return LockSettings{}, err
+		}
+	}
+	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind}, nil
+}
+
 // DefaultWaitTime is how long WithLock waits for the lock unless WaitTime
 // says otherwise.
 const DefaultWaitTime = 10 * time.Second
@@ -82,15 +108,11 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg := lockConfig{wait: DefaultWaitTime, kind: KindMutex}
-	for i, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: lock option %d is nil", ErrInvalidArgument, i)
-		}
-		if err := o(&cfg); err != nil {
-			return err
-		}
+	set, err := ResolveLockOptions(opts...)
+	if err != nil {
+		return err
 	}
+	cfg := lockConfig{wait: set.Wait, lease: set.Lease, kind: set.Kind}
 	var m *Mutex
 	switch cfg.kind {
 	case KindFair:
@@ -109,7 +131,7 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if !ok {
 		return fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, name, cfg.wait)
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(ContextWithGrant(ctx, Grant{Name: name, Token: m.Token(), Backend: BackendRedis}))
 	defer cancel(nil)
 	m.onHoldEnd(func(cause error) {
 		if cause != nil {

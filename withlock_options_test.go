@@ -106,3 +106,41 @@ func TestWithLockOptionsPickTheKind(t *testing.T) {
 		}
 	}
 }
+
+func TestWithLockContextCarriesTheGrant(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	if _, ok := GrantFrom(ctx); ok {
+		t.Fatal("a plain context carries a grant")
+	}
+	err := c.WithLock(ctx, "grant-in-ctx", func(fctx context.Context) error {
+		g, ok := GrantFrom(fctx)
+		info, err := c.Inspect(fctx, "grant-in-ctx")
+		if err != nil {
+			return err
+		}
+		if !ok || g.Name != "grant-in-ctx" || g.Backend != BackendRedis || g.Token == 0 || g.Token != info.Token || TokenFrom(fctx) != g.Token {
+			t.Errorf("GrantFrom = %+v, %v; TokenFrom = %d; Redis' last token %d", g, ok, TokenFrom(fctx), info.Token)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResolveLockOptions(t *testing.T) {
+	s, err := ResolveLockOptions()
+	if err != nil || s != (LockSettings{Wait: DefaultWaitTime, Kind: KindMutex}) {
+		t.Fatalf("defaults = %+v, %v", s, err)
+	}
+	s, err = ResolveLockOptions(WaitTime(time.Second), LeaseTime(2*time.Second), Read())
+	if err != nil || s != (LockSettings{Wait: time.Second, Lease: 2 * time.Second, Kind: KindRead}) {
+		t.Fatalf("resolved = %+v, %v", s, err)
+	}
+	for _, bad := range [][]LockOption{{nil}, {WaitTime(-1)}, {Read(), Write()}} {
+		if _, err := ResolveLockOptions(bad...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ResolveLockOptions(%d bad options) = %v, want ErrInvalidArgument", len(bad), err)
+		}
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dlock-dev/dlock/internal/contention"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/contention"
 )
 
 func (a *app) benchCommand() *cobra.Command {

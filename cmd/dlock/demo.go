@@ -20,8 +20,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/demo"
 	"github.com/dlock-dev/dlock/dlockprom"
-	"github.com/dlock-dev/dlock/internal/demo"
 )
 
 // demoJSON is the --json output: exactly these keys.

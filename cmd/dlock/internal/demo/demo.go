@@ -26,7 +26,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/contention"
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/contention"
 	"github.com/dlock-dev/dlock/internal/keys"
 )
 
