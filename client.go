@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +63,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 	}
 	if cfg.clientID == "" {
-		cfg.clientID = randomID()
+		cfg.clientID = defaultClientID()
 	}
 	c := &Client{
 		rdb:   rdb,
@@ -214,10 +216,45 @@ func parseRenewField(f string) (kind, field, set string) {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// randomID returns 128 random bits in hex: a client id no other live client
-// shares (Redisson uses a random UUID for the same purpose).
-func randomID() string {
-	var b [16]byte
+// defaultClientID returns "<host>/<pid>/<16 hex digits>": unique among live
+// clients (64 random bits on top of host and process), and telling an
+// operator who inspects a lock which host and process holds it (see
+// ParseClientID). Redisson uses a random UUID for the same purpose.
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r <= ' ' || r == ':' || r == '/' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, host)
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
+}
+
+// ParseClientID splits a client id made by New's default,
+// "<host>/<pid>/<random>", into its host and process id; ok is false for an
+// id set with WithClientID in another form (a Redisson UUID, say). An owner
+// field "<client id>:<n>" (Holder.Owner) is accepted as well. Safe for
+// concurrent use.
+func ParseClientID(id string) (host string, pid int, ok bool) {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		id = id[:i]
+	}
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 || parts[0] == "" || len(parts[2]) != 16 {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return "", 0, false
+	}
+	return parts[0], pid, true
 }

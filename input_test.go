@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -204,3 +205,30 @@ func FuzzRWInput(f *testing.F) {
 }
 
 func keysInvalid(name string) bool { return keys.Validate(name) != nil }
+
+func TestDefaultClientIDNamesHostAndProcess(t *testing.T) {
+	c, err := New(rdbFor(t, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host, pid, ok := ParseClientID(c.ID())
+	wantHost, _ := os.Hostname()
+	if !ok || pid != os.Getpid() || (wantHost != "" && host != wantHost) {
+		t.Fatalf("ParseClientID(%q) = %q, %d, %v; want %q, %d", c.ID(), host, pid, ok, wantHost, os.Getpid())
+	}
+	m := c.Mutex("client-id-owner")
+	if h, p, ok := ParseClientID(m.Owner()); !ok || h != host || p != pid {
+		t.Fatalf("ParseClientID(owner %q) = %q, %d, %v", m.Owner(), h, p, ok)
+	}
+	d, _ := New(rdbFor(t, shared))
+	defer d.Close()
+	if d.ID() == c.ID() {
+		t.Fatal("two clients of one process got the same id")
+	}
+	for _, id := range []string{"2f1c9a52-4b7e-4a53-9d1e-0c4b8a7f3e21", "a/b/c", "h/0/0123456789abcdef", "h/x/0123456789abcdef", "/1/0123456789abcdef"} {
+		if _, _, ok := ParseClientID(id); ok {
+			t.Errorf("ParseClientID(%q) accepted a foreign id", id)
+		}
+	}
+}

@@ -81,8 +81,9 @@ func WithObserver(o Observer) Option {
 }
 
 // WithClientID sets the id that prefixes this client's owner fields
-// ("<id>:<owner>") in the lock hash. Default: a random UUID, as Redisson
-// does. Two live clients must never share an id.
+// ("<id>:<owner>") in the lock hash. Default: "<host>/<pid>/<random>", which
+// ParseClientID reads back for operators. Two live clients must never share
+// an id.
 func WithClientID(id string) Option {
 	return func(c *config) error {
 		if id == "" || len(id) > 128 {
