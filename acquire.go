@@ -4,281 +4,229 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/notify"
 )
 
-type attemptResult struct {
-	status int64 // 1 held, 0 held by another, -1 our hold is gone
-	count  int
-	token  uint64
-	pttl   time.Duration
+// lockRequest is one lock call's wait and lease.
+type lockRequest struct {
+	wait, lease time.Duration
+	forever     bool // Lock: wait as long as ctx allows
 }
 
-func (m *Mutex) attempt(ctx context.Context, ttl time.Duration, expected int, entry string, registered bool) (attemptResult, error) {
-	var flag any = "0"
-	if registered {
-		flag = "1"
+// lock is every lock call of a handle: a re-entry when ctx carries a hold of
+// the name by this Client, else a new hold through the handle's gate. It
+// returns the hold, or nil and a nil error when the wait ran out.
+func (hd *handle) lock(ctx context.Context, req lockRequest) (h *hold, err error) {
+	if err := hd.check(ctx, req.lease); err != nil {
+		return nil, err
 	}
-	a := &m.c.args
-	ttlA := a.watchdogMs
-	if ttl != m.c.cfg.watchdog {
-		ttlA = ms(ttl)
-	}
-	var cmd *redis.Cmd
-	switch m.side {
-	case 'w':
-		var waitA any = "0"
-		if entry != "" {
-			waitA = a.writerWaitMs
-		}
-		cmd = scriptRWLock.run(ctx, m.c.rdb, m.keyArgs, m.ownerA, m.fieldA, ttlA, expected, waitA, a.fenceTTLMs)
-	case 'r':
-		cmd = scriptRLock.run(ctx, m.c.rdb, m.keyArgs, m.fieldA, m.peer.fieldA, ttlA, expected, a.fenceTTLMs)
-	default:
-		var entryA any = ""
-		if entry != "" {
-			entryA = entry
-		}
-		cmd = scriptAcquire.run(ctx, m.c.rdb, m.keyArgs[:3],
-			m.fieldA, ttlA, expected, entryA, flag, a.queueTTLMs, a.fenceTTLMs, m.fairA, a.claimMs)
-	}
-	r, err := readSmall(cmd)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	v := r.v
-	switch {
-	case r.n == 3 && v[0] == 1:
-		return attemptResult{status: 1, count: int(v[1]), token: uint64(v[2])}, nil
-	case r.n == 2 && v[0] == 0:
-		return attemptResult{status: 0, pttl: time.Duration(v[1]) * time.Millisecond}, nil
-	case r.n == 1 && v[0] == -1:
-		return attemptResult{status: -1}, nil
-	case r.n == 1 && v[0] == -2:
-		return attemptResult{}, ErrUpgrade
-	}
-	return attemptResult{}, fmt.Errorf("dlock: unexpected acquire reply %v", v[:r.n])
-}
-
-func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
+	c := hd.c
 	start := time.Now()
-	var finish func(Acquisition)
-	if len(m.c.cfg.observers) > 0 {
-		finish = m.c.observeAcquire(ctx, m.kind, m.name)
-	}
-	reentry := false
-	timedOut := false
-	defer func() {
-		if finish != nil {
-			finish(Acquisition{Kind: m.kind, Name: m.name, Acquired: ok, TimedOut: timedOut,
-				Err: err, Waited: time.Since(start), Reentry: reentry})
-		}
-	}()
-	if err := ctx.Err(); err != nil {
-		return false, context.Cause(ctx)
-	}
-	if err := m.enter(ctx); err != nil {
-		return false, err
-	}
-	defer m.exit()
-	if m.c.closed.Load() {
-		return false, ErrClosed
-	}
-	if m.c.cfg.replicas > 0 {
-		// Runs before exit (the gate is still ours) and before the observer.
+	reentry, timedOut := false, false
+	if len(c.cfg.observers) > 0 {
+		finish := c.observeAcquire(ctx, hd.p.kind(), hd.name)
 		defer func() {
-			if !ok || reentry {
-				return
-			}
-			if cerr := m.confirmReplicas(ctx); cerr != nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
-				defer cancel()
-				_ = m.release(rctx, true)
-				ok, err = false, cerr
-			}
+			finish(Acquisition{Kind: hd.p.kind(), Name: hd.name, Acquired: h != nil, TimedOut: timedOut,
+				Err: err, Waited: time.Since(start), Reentry: reentry})
 		}()
 	}
-
-	m.mu.Lock()
-	count := m.count
-	m.mu.Unlock()
-	if count > 0 {
-		reentry = true
-		return m.reenter(ctx, count, lease)
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
 	}
-	if m.side == 'w' && m.peer.holdCount() > 0 {
-		return false, ErrUpgrade
-	}
-
-	ttl := lease
-	if lease <= 0 {
-		ttl = m.c.cfg.watchdog
-	}
-	var deadline time.Time
-	if !forever {
-		deadline = start.Add(wait)
-	}
-	canWait := forever || wait > 0
-	if m.c.cfg.spinMin > 0 {
-		return m.spin(ctx, ttl, lease, deadline, canWait, &timedOut)
-	}
-
-	// When this client already listens for hand-offs, the first attempt also
-	// queues the caller if the lock is taken: no second round trip.
-	var w *notify.Waiter
-	var entry string
-	if canWait && m.c.hub.Ready() {
-		if w, err = m.join(ctx); err != nil {
-			return false, m.c.wrapClosed(err)
-		}
-		defer m.c.hub.Leave(w)
-		entry = m.entry(w, ttl)
-	}
-	sent := time.Now()
-	res, err := m.attempt(ctx, ttl, 0, entry, false)
+	again, under, err := hd.inherited(ctx)
 	if err != nil {
-		m.leaveAfterError(ctx, entry)
-		return false, err
+		return nil, err
 	}
-	if res.status == 1 {
-		return m.granted(res.token, sent, lease, 0)
+	if again != nil {
+		reentry = true
+		if err := again.reenter(ctx, req.lease); err != nil {
+			return nil, err
+		}
+		return again, nil
 	}
-	if !canWait {
+	// The wait bounds the whole call, network time included.
+	canWait := req.forever || req.wait > 0
+	waitCtx := ctx
+	if !req.forever && req.wait > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, start.Add(req.wait))
+		defer cancel()
+	}
+	if ok, err := hd.enter(waitCtx, !canWait); !ok {
+		if err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		timedOut = canWait
+		return nil, nil
+	}
+	h = newHold(hd, under)
+	h.parent = ctx
+	a := acquisition{h: h, lease: req.lease, canWait: canWait, ttl: req.lease}
+	if req.lease <= 0 {
+		a.ttl = c.cfg.watchdog
+	}
+	ok, err := a.run(ctx, waitCtx)
+	timedOut = a.timedOut
+	if !a.granted {
+		h.finish() // frees the gate
+	}
+	if !ok {
+		return nil, err
+	}
+	return h, nil
+}
+
+// acquisition is the waiting state machine of one new hold, the same for
+// every lock kind: attempt, subscribe, queue, wait for a hand-off or a
+// release message or a re-check, attempt again.
+type acquisition struct {
+	h        *hold
+	lease    time.Duration
+	ttl      time.Duration // the lease, or the watchdog timeout
+	canWait  bool
+	w        *notify.Waiter
+	q        queueing
+	answered bool // Redis answered an attempt: a wait that runs out is contention, not an outage
+	timedOut bool
+	granted  bool
+}
+
+func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
+	c := a.h.c
+	if c.cfg.spinMin > 0 {
+		return a.spin(ctx, waitCtx)
+	}
+	defer a.leaveHub()
+	// When the client already listens for hand-offs, the first attempt also
+	// queues the caller if the lock is taken: no second round trip.
+	if a.canWait && c.hub.Ready() {
+		if err := a.join(waitCtx); err != nil {
+			return a.failed(ctx, err, false)
+		}
+	}
+	r, sent, left, err := a.try(waitCtx)
+	if err != nil {
+		return a.failed(ctx, err, left)
+	}
+	if r.v[0] == 1 {
+		return a.grant(ctx, uint64(r.v[2]), sent, 0)
+	}
+	if !a.canWait {
 		return false, nil
 	}
-	registered := entry != ""
-	if w == nil {
+	if a.w == nil {
 		// Subscribe before the attempt that queues us, so that the hand-off
 		// (or Redisson's release message) cannot be missed.
-		if w, err = m.join(ctx); err != nil {
-			return false, m.c.wrapClosed(err)
+		if err := a.join(waitCtx); err != nil {
+			return a.failed(ctx, err, false)
 		}
-		defer m.c.hub.Leave(w)
-		entry = m.entry(w, ttl)
-		sent = time.Now()
-		if res, err = m.attempt(ctx, ttl, 0, entry, false); err != nil {
-			m.leaveAfterError(ctx, entry)
-			return false, err
+		if r, sent, left, err = a.try(waitCtx); err != nil {
+			return a.failed(ctx, err, left)
 		}
-		if res.status == 1 {
-			return m.granted(res.token, sent, lease, 0)
+		if r.v[0] == 1 {
+			return a.grant(ctx, uint64(r.v[2]), sent, 0)
 		}
-		registered = true
 	}
+	return a.wait(ctx, waitCtx, r)
+}
 
-	timer := time.NewTimer(m.sleep(res.pttl, deadline))
+// wait waits for a hand-off, a release message or the next re-check, and
+// tries again, until granted or waitCtx is done.
+func (a *acquisition) wait(ctx, waitCtx context.Context, r reply) (bool, error) {
+	timer := time.NewTimer(a.sleep(r))
 	defer timer.Stop()
 	for {
-		retry := false
 		select {
-		case <-w.C:
-			ev := w.Take()
+		case <-a.w.C:
+			ev := a.w.Take()
 			switch {
 			case ev.Granted:
-				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
+				return a.grant(ctx, ev.Token, time.Now(), ev.TTL)
 			case ev.Closed:
-				m.leaveQueue(ctx, entry)
+				a.giveUp()
 				return false, ErrClosed
-			case ev.Retry:
-				retry = true
+			case !ev.Retry:
+				continue
 			}
 		case <-timer.C:
-			retry = true
-		case <-ctx.Done():
-			// A hand-off that raced the cancellation is passed on by leave.lua.
-			m.leaveQueue(ctx, entry)
-			return false, context.Cause(ctx)
-		}
-		if !retry {
-			continue
-		}
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			// The wait is over; a hand-off that raced the deadline still counts.
-			if ev := w.Take(); ev.Granted {
-				return m.granted(ev.Token, time.Now(), lease, ev.TTL)
+		case <-waitCtx.Done():
+			if ctx.Err() != nil {
+				// A hand-off that raced the cancellation is passed on by
+				// leave.lua.
+				a.giveUp()
+				return false, context.Cause(ctx)
 			}
-			m.leaveQueue(ctx, entry)
-			timedOut = true
+			// The wait is over; a hand-off that raced the deadline counts.
+			if ev := a.w.Take(); ev.Granted {
+				return a.grant(ctx, ev.Token, time.Now(), ev.TTL)
+			}
+			a.giveUp()
+			a.timedOut = true
 			return false, nil
 		}
-		sent = time.Now()
-		if res, err = m.attempt(ctx, ttl, 0, entry, registered); err != nil {
-			m.leaveAfterError(ctx, entry)
-			return false, err
+		var sent time.Time
+		var left bool
+		var err error
+		if r, sent, left, err = a.try(waitCtx); err != nil {
+			return a.failed(ctx, err, left)
 		}
-		if res.status == 1 {
+		if r.v[0] == 1 {
 			// Taken by our own attempt, or a hand-off whose message we have
-			// not read yet: either way the grant's TTL started after sent.
-			tok := res.token
-			if ev := w.Take(); ev.Granted {
+			// not read yet: either way the grant's TTL started after sent,
+			// and a hand-off's TTL is only the claim window.
+			tok := uint64(r.v[2])
+			if ev := a.w.Take(); ev.Granted {
 				tok = ev.Token
 			}
 			var claim time.Duration
-			if m.side == 0 {
-				claim = m.c.cfg.claim // a read-write lock is never handed off
+			if a.h.p.handsOff() {
+				claim = a.h.c.cfg.claim
 			}
-			return m.granted(tok, sent, lease, claim)
+			return a.grant(ctx, tok, sent, claim)
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(m.sleep(res.pttl, deadline))
+		timer.Reset(a.sleep(r))
 	}
 }
 
-// spin is acquire in spin mode: attempts separated by a jittered exponential
+// spin is run in spin mode: attempts separated by a jittered exponential
 // backoff, with no subscription. A Mutex spins without queueing; a FairMutex
-// queues an entry with ticket 0 (nobody listens for its hand-off message) and
-// finds a hand-off by polling, so arrival order still holds.
-func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline time.Time, canWait bool, timedOut *bool) (bool, error) {
-	backoff := m.c.cfg.spinMin
-	var timer *time.Timer
-	var entry string
-	switch {
-	case m.fair && canWait:
-		entry = "0 " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
-	case m.side == 'w' && canWait:
-		entry = "w"
-	}
-	registered := false
-	for {
-		sent := time.Now()
-		res, err := m.attempt(ctx, ttl, 0, entry, registered)
-		if err != nil {
-			m.leaveAfterError(ctx, entry)
-			return false, err
-		}
-		if res.status == 1 {
-			var claim time.Duration
-			if registered && m.fair {
-				claim = m.c.cfg.claim // may be a hand-off, valid for the claim window
+// queues an entry with ticket 0 (nobody listens for its hand-off message)
+// and finds a hand-off by polling, so arrival order still holds.
+func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
+	c := a.h.c
+	if a.canWait {
+		switch p := a.h.p.(type) {
+		case mutexProtocol:
+			if p.fair {
+				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.fieldArg.(string))
 			}
-			return m.granted(res.token, sent, lease, claim)
+		case writeProtocol:
+			a.q.entry = "w"
 		}
-		registered = entry != ""
-		if !canWait {
+	}
+	backoff := c.cfg.spinMin
+	var timer *time.Timer
+	for {
+		r, sent, left, err := a.try(waitCtx)
+		if err != nil {
+			return a.failed(ctx, err, left)
+		}
+		if r.v[0] == 1 {
+			var claim time.Duration
+			if a.q.registered && a.h.p.handsOff() {
+				claim = c.cfg.claim // may be a hand-off, valid for the claim window
+			}
+			return a.grant(ctx, uint64(r.v[2]), sent, claim)
+		}
+		if !a.canWait {
 			return false, nil
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
-		if res.pttl > 0 {
-			d = min(d, res.pttl)
-		}
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				m.leaveQueue(ctx, entry)
-				*timedOut = true
-				return false, nil
-			}
-			d = min(d, left)
+		if pttl := time.Duration(r.v[1]) * time.Millisecond; pttl >= 0 {
+			d = min(d, pttl)
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -288,143 +236,207 @@ func (m *Mutex) spin(ctx context.Context, ttl, lease time.Duration, deadline tim
 		}
 		select {
 		case <-timer.C:
-		case <-ctx.Done():
-			m.leaveQueue(ctx, entry)
-			return false, context.Cause(ctx)
+		case <-waitCtx.Done():
+			a.giveUp()
+			if ctx.Err() != nil {
+				return false, context.Cause(ctx)
+			}
+			a.timedOut = true
+			return false, nil
 		}
-		if m.c.closed.Load() {
-			m.leaveQueue(ctx, entry)
+		if c.closed.Load() {
+			a.giveUp()
 			return false, ErrClosed
 		}
-		backoff = min(backoff*2, m.c.cfg.spinMax)
+		// Doubling without overflow: spinMax is at most MaxSpinBackoff.
+		backoff = min(backoff*2, c.cfg.spinMax)
 	}
 }
 
-// join registers the caller with the Client's pub/sub hub: readers as
-// shared waiters, everyone else as exclusive ones.
-func (m *Mutex) join(ctx context.Context) (*notify.Waiter, error) {
-	if m.side == 'r' {
-		return m.c.hub.JoinShared(ctx, m.channel)
+// try sends one attempt. If the caller leaves before the reply, the attempt
+// is undone once it returns.
+func (a *acquisition) try(ctx context.Context) (reply, time.Time, bool, error) {
+	h, q, ttl := a.h, a.q, a.ttl
+	sent := time.Now()
+	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
+		return readReply(h.p.attempt(ctx, h, ttl, 0, q))
+	}, func(ctx context.Context, r reply, err error) {
+		if err == nil && r.v[0] != 1 && q.entry == "" {
+			return // neither queued nor granted
+		}
+		h.undo(ctx, q, err != nil || r.v[0] == 1)
+	})
+	if err != nil {
+		return r, sent, left, err
 	}
-	return m.c.hub.Join(ctx, m.channel)
+	switch {
+	case r.n == 3 && r.v[0] == 1, r.n == 2 && r.v[0] == 0:
+	case r.n == 1 && r.v[0] == -2:
+		return r, sent, false, ErrUpgrade
+	default:
+		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r.v[:r.n])
+	}
+	a.answered = true
+	if q.entry != "" {
+		a.q.registered = true
+	}
+	return r, sent, false, nil
 }
 
-func (m *Mutex) holdCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.count
+// failed ends an acquisition whose attempt or subscription failed. The
+// attempt may have queued or even granted us with its reply lost: unless
+// roundTrip undoes it (left), it is undone here, in the background.
+func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, error) {
+	if !left {
+		h, q := a.h, a.q
+		h.c.detach(func(dctx context.Context) { h.undo(dctx, q, true) })
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false, context.Cause(ctx)
+	case left && a.answered:
+		a.timedOut = true // the wait ran out while Redis was answering
+		return false, nil
+	case left:
+		return false, fmt.Errorf("%w within the wait of %q", ErrUnavailable, a.h.name)
+	}
+	return false, a.h.c.wrapClosed(err)
+}
+
+// giveUp leaves the wait queue in the background; leave.lua passes on a
+// hand-off that reached us meanwhile.
+func (a *acquisition) giveUp() {
+	if a.q.entry == "" {
+		return
+	}
+	h, q := a.h, a.q
+	h.c.detach(func(ctx context.Context) { h.undo(ctx, q, false) })
+}
+
+// grant turns a granted attempt or hand-off into a hold of the handle.
+func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, claim time.Duration) (bool, error) {
+	h := a.h
+	a.granted = true
+	if !h.granted(token, sent, a.lease, claim) {
+		// Close has begun and already released what it knew of.
+		h.end(lossError(h.name, ErrClosed, nil), nil)
+		_ = h.c.releaseDetached(ctx, h, true)
+		return false, ErrClosed
+	}
+	h.handle.occupy(h)
+	if h.c.cfg.replicas > 0 {
+		if err := h.confirmReplicas(ctx); err != nil {
+			_ = h.c.releaseDetached(ctx, h, true)
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// join registers the caller with the Client's pub/sub hub and makes its
+// queue entry: Mutex and FairMutex waiters queue for a hand-off, writers
+// register as waiting (which holds new readers back), readers do neither.
+func (a *acquisition) join(ctx context.Context) error {
+	h := a.h
+	var err error
+	if h.p.shared() {
+		a.w, err = h.c.hub.JoinShared(ctx, h.p.channel(h))
+	} else {
+		a.w, err = h.c.hub.Join(ctx, h.p.channel(h))
+	}
+	if err != nil {
+		return err
+	}
+	switch h.p.(type) {
+	case mutexProtocol:
+		a.q.entry = keys.QueueEntry(a.w.Ticket, ms(a.ttl), h.fieldArg.(string))
+	case writeProtocol:
+		a.q.entry = "w"
+	}
+	return nil
+}
+
+func (a *acquisition) leaveHub() {
+	if a.w != nil {
+		a.h.c.hub.Leave(a.w)
+	}
 }
 
 // sleep is how long to wait before trying again on our own: until the
-// holder's TTL ends, the wait ends, or the re-check interval passes
-// (which bounds how long a crashed queued waiter can stall the lock).
-func (m *Mutex) sleep(pttl time.Duration, deadline time.Time) time.Duration {
-	d := m.c.cfg.recheck
-	if pttl > 0 {
+// holder's TTL ends (a PTTL of 0 is the lock's last millisecond) or the
+// re-check interval passes (which bounds how long a crashed queued waiter
+// can stall the lock).
+func (a *acquisition) sleep(r reply) time.Duration {
+	d := a.h.c.cfg.recheck
+	if pttl := time.Duration(r.v[1]) * time.Millisecond; pttl >= 0 {
 		d = min(d, pttl)
-	}
-	if !deadline.IsZero() {
-		d = min(d, time.Until(deadline))
 	}
 	return max(d, time.Millisecond)
 }
 
-// entry is what a waiter registers with its attempts: a queue entry for a
-// Mutex or FairMutex, "w" for a writer (registered as waiting, which holds
-// new readers back), nothing for a reader.
-func (m *Mutex) entry(w *notify.Waiter, ttl time.Duration) string {
-	switch m.side {
-	case 'w':
-		return "w"
-	case 'r':
-		return ""
+// undo takes back what an attempt of h may have left in Redis: its queue
+// entry (passing on a hand-off that reached it) and, when mayHold, a grant
+// whose reply was lost.
+func (h *hold) undo(ctx context.Context, q queueing, mayHold bool) {
+	if _, mutex := h.p.(mutexProtocol); !mutex && mayHold {
+		if err := h.p.release(ctx, h, 1, true).Err(); err != nil {
+			h.c.cfg.logger.Debug("dlock: giving back an unclaimed grant failed; it expires", "name", h.name, "err", err)
+		}
 	}
-	return strconv.FormatUint(w.Ticket, 10) + " " + strconv.FormatInt(ms(ttl), 10) + " " + m.field
-}
-
-// leaveQueue takes a giving-up waiter out of the queue, and passes the lock
-// on if it was handed to us meanwhile. It runs even when ctx is cancelled,
-// within a bounded time.
-func (m *Mutex) leaveQueue(ctx context.Context, entry string) {
-	if entry == "" {
+	if q.entry == "" && !mayHold {
 		return
 	}
-	m.leave(ctx, entry)
-}
-
-// leaveAfterError is leaveQueue after an attempt that failed: the grant may
-// have happened with its reply lost, so for a Mutex or FairMutex leave.lua
-// runs even without an entry, to release a hold of this owner that nobody
-// knows of.
-func (m *Mutex) leaveAfterError(ctx context.Context, entry string) {
-	if entry == "" && m.side != 0 {
-		return
-	}
-	m.leave(ctx, entry)
-}
-
-func (m *Mutex) leave(ctx context.Context, entry string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.closeBudget)
-	defer cancel()
-	a := &m.c.args
-	var err error
-	if m.side == 'w' {
-		err = scriptRWLeave.run(ctx, m.c.rdb, m.keyArgs, m.ownerA).Err()
-	} else {
-		err = scriptLeave.run(ctx, m.c.rdb, m.keyArgs[:3], entry, m.fieldA, a.claimMs, a.fenceTTLMs).Err()
-	}
-	if err != nil {
-		m.c.cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", m.name, "err", err)
+	if cmd := h.p.leave(ctx, h, q); cmd != nil {
+		if err := cmd.Err(); err != nil {
+			h.c.cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", h.name, "err", err)
+		}
 	}
 }
 
-func (m *Mutex) reenter(ctx context.Context, count int, lease time.Duration) (bool, error) {
+// reenter counts one more hold of h, which ctx carries.
+func (h *hold) reenter(ctx context.Context, lease time.Duration) error {
+	if err := h.lostErr(); err != nil {
+		// The hold was declared lost here, though Redis may still have it:
+		// re-entering would extend a hold that nothing renews.
+		return err
+	}
+	if err := h.serialize(ctx); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	count := h.count
+	h.mu.Unlock()
+	if count == 0 {
+		h.unserialize()
+		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
+	}
 	ttl := lease
 	if lease <= 0 {
-		ttl = m.c.cfg.watchdog
+		ttl = h.c.cfg.watchdog
 	}
-	res, err := m.attempt(ctx, ttl, count, "", false)
+	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
+		return readReply(h.p.attempt(ctx, h, ttl, count, queueing{}))
+	}, func(ctx context.Context, r reply, err error) {
+		// The caller left: a re-entry that happened is counted back down
+		// before the hold takes its next count-changing call.
+		defer h.unserialize()
+		if err == nil && r.v[0] == 1 {
+			_ = h.p.release(ctx, h, count+1, false).Err()
+		}
+	})
+	if left {
+		return err
+	}
+	defer h.unserialize()
 	if err != nil {
-		return false, err
+		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.h != nil {
-		if lost := m.h.lostErr(); lost != nil {
-			// The hold was declared lost here, though Redis may still have
-			// it: re-entering would extend a hold that nothing renews.
-			return false, lost
-		}
+	if r.n == 3 && r.v[0] == 1 {
+		h.mu.Lock()
+		h.count = int(r.v[1])
+		h.mu.Unlock()
+		return nil
 	}
-	if res.status != 1 {
-		h := m.h
-		m.count, m.h = 0, nil
-		if h != nil {
-			h.lose(fmt.Errorf("%w: re-entry found the lock gone", ErrLockLost))
-			if err := h.lostErr(); err != nil {
-				return false, err
-			}
-		}
-		return false, ErrLockLost
-	}
-	m.count = res.count
-	return true, nil
-}
-
-// granted records a grant on the handle and returns (true, nil), or, when
-// the client was closed meanwhile (Close has already released what it
-// knew of), releases the grant at once and returns ErrClosed.
-func (m *Mutex) granted(token uint64, sent time.Time, lease, claim time.Duration) (bool, error) {
-	h, tracked := newHold(m, token, sent, lease, claim)
-	m.mu.Lock()
-	m.count, m.h = 1, h
-	m.mu.Unlock()
-	if tracked {
-		return true, nil
-	}
-	h.end(errClosedHold, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.closeBudget)
-	defer cancel()
-	_ = m.release(ctx, true)
-	return false, ErrClosed
+	h.lose(lossError(h.name, ErrTakenOver, nil))
+	return h.lostErr()
 }

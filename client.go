@@ -29,21 +29,21 @@ type Client struct {
 	id      string
 	hub     *notify.Hub
 	renewer *renew.Renewer
-	owners  atomic.Uint64
-	reqs    atomic.Uint64
+	arg     scriptArgs
+	owners  atomic.Uint64 // numbers owner fields: one per hold, never reused
 	closed  atomic.Bool
 
-	args boxedArgs
+	background sync.WaitGroup // detached calls and cleanups, for Close
 
 	mu    sync.Mutex
 	holds map[*hold]struct{} // every live hold, for Close
 }
 
-// boxedArgs are script arguments that never change for a Client, converted
+// scriptArgs are script arguments that never change for a Client, converted
 // to interfaces once rather than on every call.
-type boxedArgs struct {
-	watchdogMs, queueTTLMs, fenceTTLMs, claimMs, latchTTLMs any
-	writerWaitMs                                            any // how long a waiting writer holds readers back unless it re-checks
+type scriptArgs struct {
+	watchdogMs, queueTTLMs, fenceTTLMs, claimMs any
+	writerWaitMs                                any // how long a waiting writer holds readers back unless it re-checks
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
@@ -70,64 +70,60 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cfg:   cfg,
 		id:    cfg.clientID,
 		holds: make(map[*hold]struct{}),
+		arg: scriptArgs{
+			watchdogMs:   ms(cfg.watchdog),
+			queueTTLMs:   ms(4 * cfg.recheck),
+			fenceTTLMs:   ms(cfg.fenceTTL),
+			claimMs:      ms(cfg.claim),
+			writerWaitMs: ms(cfg.recheck + cfg.claim),
+		},
 	}
-	c.args = boxedArgs{
-		watchdogMs: ms(cfg.watchdog),
-		queueTTLMs: ms(4 * cfg.recheck),
-		fenceTTLMs: ms(cfg.fenceTTL),
-		claimMs:    ms(cfg.claim),
-		latchTTLMs: ms(cfg.latchTTL),
-
-		writerWaitMs: ms(cfg.recheck + cfg.claim),
-	}
-	c.hub = notify.New(rdb, keys.ClientChannel(c.id), cfg.linger, cfg.logger)
-	c.hub.ReadyTimeout = cfg.recheck
+	c.hub = notify.New(rdb, notify.Config{
+		ClientChannel: keys.ClientChannel(c.id),
+		Linger:        cfg.linger,
+		ReadyTimeout:  cfg.recheck,
+		CloseWait:     cfg.closeTimeout,
+		Log:           cfg.logger,
+	})
 	var slot func(string) uint16
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = keys.Slot
 	}
-	c.renewer = renew.New(cfg.watchdog/3, c.renewBatch, slot)
-	c.renewer.Failed = func(n int, err error) {
-		cfg.logger.Warn("dlock: renewal failed; will retry", "locks", n, "err", err)
-		for _, o := range cfg.observers {
-			o.Renewed(n, err)
-		}
-	}
-	c.renewer.Batched = func(n int) {
-		for _, o := range cfg.observers {
-			o.Renewed(n, nil)
-		}
-	}
+	c.renewer = renew.New(renew.Config{
+		Period: cfg.watchdog / 3,
+		Run:    c.renewBatch,
+		Slot:   slot,
+		Failed: func(n int, err error) {
+			cfg.logger.Warn("dlock: renewal failed; will retry", "locks", n, "err", err)
+			for _, o := range cfg.observers {
+				o.Renewed(n, err)
+			}
+		},
+		Batched: func(n int) {
+			for _, o := range cfg.observers {
+				o.Renewed(n, nil)
+			}
+		},
+	})
 	return c, nil
 }
 
 // ID returns the client id that prefixes this client's owner fields.
 func (c *Client) ID() string { return c.id }
 
-// Mutex returns a handle on the reentrant lock name. Each call returns a new
-// handle, and each handle is one owner: locking the same handle again
-// re-enters, two handles on one name exclude each other. A handle is safe for
-// concurrent use, but goroutines sharing it share its ownership. An invalid
-// name is reported by the handle's first method call.
-func (c *Client) Mutex(name string) *Mutex {
-	return newMutex(c, name)
-}
-
-// Close stops the watchdog and the pub/sub connection, wakes every waiter
-// with ErrClosed, tells every holder that its hold ended (Done closes, Err
-// and the WithLock context's cause wrap ErrLockLost and ErrClosed), and then
-// releases the locks the client still holds, spending at most the close
-// timeout (WithCloseTimeout, default 5s) on the releases; go-redis may add up
-// to its own dial and read timeouts to a call against a server that does
-// not answer. Locks it could not release expire by their TTL. Close is
-// idempotent and safe to call concurrently with lock operations, which then
-// fail with ErrClosed.
+// Close stops the watchdog, wakes every waiter with ErrClosed, tells every
+// holder that its hold ended (Done closes, Err and the hold's context's cause
+// wrap ErrLockLost and ErrClosed), releases the locks the client still holds,
+// closes the pub/sub connection and waits for background cleanups, all within
+// the close timeout (WithCloseTimeout, default 5s) whatever Redis does. Locks
+// it could not release expire by their TTL. Close is idempotent and safe to
+// call concurrently with lock operations, which then fail with ErrClosed.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	deadline := time.Now().Add(c.cfg.closeTimeout)
 	c.renewer.Stop()
-	hubErr := c.hub.Close()
 
 	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))
@@ -135,16 +131,37 @@ func (c *Client) Close() error {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeBudget)
-	defer cancel()
-	var errs []error
+	// Holders learn first that their holds end, then the locks are released
+	// for others, each release detached and all of them within the budget.
+	released := make(chan error, len(holds))
 	for _, h := range holds {
-		if err := h.mu.closeRelease(ctx); err != nil {
-			errs = append(errs, err)
+		h.lose(lossError(h.name, ErrClosed, nil))
+		c.detach(func(ctx context.Context) {
+			released <- h.releaseAll(ctx)
+		})
+	}
+	var errs []error
+	budget := time.NewTimer(time.Until(deadline))
+	defer budget.Stop()
+	for range holds {
+		select {
+		case err := <-released:
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-budget.C:
+			errs = append(errs, fmt.Errorf("dlock: close timeout: some locks were left to expire by their TTL"))
+			return errors.Join(errs...)
 		}
 	}
-	if hubErr != nil && !errors.Is(hubErr, redis.ErrClosed) {
-		errs = append(errs, hubErr)
+	if err := c.hub.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+		errs = append(errs, err)
+	}
+	done := make(chan struct{})
+	go func() { c.background.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-budget.C:
 	}
 	return errors.Join(errs...)
 }
@@ -167,51 +184,87 @@ func (c *Client) untrack(h *hold) {
 	c.mu.Unlock()
 }
 
-// nextRequest numbers a release call; with the owner field it makes the
-// request id the unlock latch remembers.
-func (c *Client) nextRequest() uint64 { return c.reqs.Add(1) }
+// detach runs f on a goroutine of its own with a context that ends after the
+// cleanup timeout, counted for Close. It is how work that must outlive its
+// caller's ctx (a release, leaving a queue) is done.
+func (c *Client) detach(f func(ctx context.Context)) {
+	c.background.Add(1)
+	go func() {
+		defer c.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.cleanupTimeout)
+		defer cancel()
+		f(ctx)
+	}()
+}
 
-func (c *Client) renewBatch(ctx context.Context, ks, fields []string, ttls []int64) ([]bool, error) {
-	boxedKeys := make([]any, 0, 2*len(ks))
-	args := make([]any, 3*len(ks))
-	for i, k := range ks {
-		kind, field, set := parseRenewField(fields[i])
-		if set == "" {
-			set = k
-		}
-		boxedKeys = append(boxedKeys, k, set)
-		args[i], args[len(ks)+i], args[2*len(ks)+i] = field, ttls[i], kind
+// roundTrip runs call and returns its result, or returns at once with
+// ctx's cause (left true) when ctx is done first, whatever Redis does: call
+// then goes on in the background and, once it returns, abandoned (if not
+// nil) undoes what it may have done. go-redis honours a context's deadline
+// only with ContextTimeoutEnabled, so without this a call to a Redis that
+// accepts and never answers would keep the caller for its read timeout times
+// its retries.
+func roundTrip[T any](c *Client, ctx context.Context, call func(context.Context) (T, error), abandoned func(context.Context, T, error)) (v T, left bool, err error) {
+	if ctx.Done() == nil {
+		v, err = call(ctx)
+		return v, false, err
 	}
-	res, err := scriptRenew.run(ctx, c.rdb, boxedKeys, args...).Slice()
+	if ctx.Err() != nil {
+		return v, true, context.Cause(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	var state atomic.Int32 // 0 waiting, 1 answered, 2 the caller left
+	got := make(chan result, 1)
+	c.background.Add(1)
+	go func() {
+		defer c.background.Done()
+		v, err := call(context.WithoutCancel(ctx))
+		if state.CompareAndSwap(0, 1) {
+			got <- result{v, err}
+			return
+		}
+		if abandoned != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), c.cfg.cleanupTimeout)
+			defer cancel()
+			abandoned(cctx, v, err)
+		}
+	}()
+	select {
+	case r := <-got:
+		return r.v, false, r.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return v, true, context.Cause(ctx)
+		}
+		r := <-got // answered just now
+		return r.v, false, r.err
+	}
+}
+
+func (c *Client) renewBatch(ctx context.Context, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+	keyArgs := make([]any, 0, 4*len(batch))
+	args := make([]any, 3*len(batch))
+	n := len(batch)
+	for i, e := range batch {
+		h := e.Holder.(*hold)
+		set := e.Set
+		if set == "" {
+			set = e.Key
+		}
+		keyArgs = append(keyArgs, e.Key, set, h.ks.Fence, h.ks.Forced)
+		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
+	}
+	res, err := scriptRenew.run(ctx, c.rdb, keyArgs, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != len(ks) {
-		return nil, fmt.Errorf("dlock: renew returned %d results for %d locks", len(res), len(ks))
+	if len(res) != n {
+		return nil, fmt.Errorf("dlock: renew returned %d results for %d locks", len(res), n)
 	}
-	out := make([]bool, len(res))
-	for i, v := range res {
-		out[i] = v == int64(1)
-	}
-	return out, nil
-}
-
-// renewField encodes a hold's renewal for renewBatch in renew.Entry's Field:
-// a Mutex's is its owner field ("<client id>:<owner id>", without a space);
-// a read-write lock's is "<kind> <field> <read-deadline set key>", kind 'r'
-// or 'w' (owner fields have no space; the key may).
-func renewField(kind byte, field, set string) string {
-	return string(kind) + " " + field + " " + set
-}
-
-func parseRenewField(f string) (kind, field, set string) {
-	if len(f) > 2 && f[1] == ' ' {
-		if rest := f[2:]; strings.IndexByte(rest, ' ') > 0 {
-			i := strings.IndexByte(rest, ' ')
-			return f[:1], rest[:i], rest[i+1:]
-		}
-	}
-	return "m", f, ""
+	return res, nil
 }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }

@@ -48,8 +48,7 @@ func TestCrashedWaiterDoesNotStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.PExpire(ctx, h.ks.Queue, time.Minute)
-	live := newClient(t, r, WithHandoffClaim(200*time.Millisecond))
-	live.cfg.recheck = 300 * time.Millisecond
+	live := newClient(t, r, WithHandoffClaim(200*time.Millisecond), withRecheck(300*time.Millisecond))
 	w := live.Mutex("crash")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
@@ -86,9 +85,8 @@ func TestWithLock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("WithLock with ctx cancelled inside fn = %v", err)
 	}
-	if l, _ := other.Mutex("with").IsLocked(ctx); l {
-		t.Fatal("not released after a cancelled ctx")
-	}
+	// Released all the same, detached from the ended ctx.
+	waitFor(t, "the release after a cancelled ctx", func() bool { l, _ := other.Mutex("with").IsLocked(ctx); return !l })
 	blocker := other.Mutex("with")
 	mustLock(t, blocker)
 	err = c.WithLock(ctx, "with", func(context.Context) error { return nil }, WaitTime(50*time.Millisecond))

@@ -19,6 +19,37 @@
 // and Unlock with Redisson's meaning of wait and lease, plus Done and Err to
 // learn that a hold was lost, and Token for its fencing token.
 //
+// # Ownership follows the context
+//
+// A handle behaves like a sync.Mutex: keep one in a struct field, share it
+// between request goroutines, and it lets one of them in at a time. Redisson
+// makes a lock reentrant per thread; Go has no thread ids, and a goroutine id
+// would be wrong anyway (work for one request hops goroutines). What does
+// follow a call chain in Go is its context, so that is where a hold lives:
+// LockContext, TryLockContext and WithLock's fn receive a context that
+// carries the hold, and a lock call made with it (or anything derived from
+// it) on the same name by the same Client re-enters and counts, as Redisson's
+// hold count does. Nested WithLock calls therefore work, and a loss of the
+// outer hold cancels the inner context too. Unlock with such a context
+// releases that hold; Unlock with any other context releases the handle's
+// current hold, as sync.Mutex lets any goroutine unlock.
+//
+// Every hold has an owner field of its own ("<client id>:<n>", n never
+// reused), so a resent script (go-redis resends after a lost reply) can tell
+// its own earlier effect from anyone else's.
+//
+// # Contexts are law
+//
+// Every call returns as soon as its ctx is done, whatever Redis does
+// (refuses, hangs, answers slowly): a call in flight is left to finish in the
+// background, and what it may have done (queued the caller, granted a lock
+// nobody will use) is undone once it returns. TryLock's wait bounds the whole
+// call the same way, network time included; a wait that ran out while Redis
+// did not answer is ErrUnavailable, not a timeout. Unlock with a context that
+// has already ended still sends the release, detached and bounded by the
+// cleanup timeout (WithCleanupTimeout). Close is bounded by its close
+// timeout.
+//
 // # The lock family
 //
 // Every lock implements Locker (TryLock, Lock, Unlock):
@@ -49,14 +80,19 @@
 //
 // While Redis keeps its data and the holder's process keeps running, at most
 // one owner holds a lock, and a holder learns that its hold ended (Done is
-// closed, Err wraps ErrLockLost, the WithLock context is cancelled) no later
-// than the lock's TTL after its last confirmed renewal, as measured by the
-// holder's monotonic clock. (For a lock handed over by a releasing process,
+// closed, Err returns a *LossError wrapping ErrLockLost and the reason, the
+// hold's context is cancelled) before its TTL runs out after its last
+// confirmed renewal: the holder counts the TTL less a margin for clock drift
+// (1% of it plus 2ms, Redlock's allowance) on its own monotonic clock, from
+// when the renewing or granting request was sent. (For a lock handed over by a releasing process,
 // the TTL is counted from when the hand-off message is read, which assumes
 // pub/sub delivery takes a small part of the 2s claim window.) Tokens of
 // successive holds of one name strictly increase (see the fencing paragraph
 // below). Close tells every holder of its client (as a loss wrapping
-// ErrClosed) before it releases their locks.
+// ErrClosed) before it releases their locks. The reasons a hold is lost are
+// told apart with errors.Is: ErrUnconfirmed (Redis did not confirm in time),
+// ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and
+// ErrLeaseEnded.
 //
 // # What is not guaranteed
 //
@@ -84,5 +120,11 @@
 // Waiting is driven by pub/sub, but a lost message costs at most one re-check
 // interval (3s) or the holder's TTL, whichever is shorter. A waiter that
 // crashed while queued can delay the others by at most the hand-off claim
-// window (2s, WithHandoffClaim) plus that interval.
+// window (2s, WithHandoffClaim) plus that interval. A waiter whose caller
+// gave up leaves the queue in the background, moments later; a hand-off that
+// reaches it meanwhile is passed on.
+//
+// An operator's DEL of a lock key is indistinguishable, to the holder's
+// Unlock, from its own release resent by go-redis: use ForceUnlock, which
+// records whom it evicted so they learn ErrForced.
 package dlock

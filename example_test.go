@@ -121,17 +121,22 @@ func ExampleRWMutex() {
 	ok, _ := b.TryRLock(ctx, 0, 0)
 	fmt.Println("second reader:", ok)
 	// ...but no writer while they read. A reader may not upgrade:
-	fmt.Println("upgrade refused:", errors.Is(a.Lock(ctx), dlock.ErrUpgrade))
+	reading, _ := a.ReadContext(ctx, 0, 0)
+	fmt.Println("upgrade refused:", errors.Is(a.Lock(reading), dlock.ErrUpgrade))
+	_ = a.RUnlock(reading)
 	_ = a.RUnlock(ctx)
 	_ = b.RUnlock(ctx)
 
-	// The writer excludes everyone, and may downgrade to a read hold.
-	if err := a.Lock(ctx); err != nil {
+	// The writer excludes everyone, and may downgrade to a read hold: a read
+	// lock call with the write hold's context takes the read side as the
+	// same owner.
+	wctx, err := a.WriteContext(ctx, time.Second, 0)
+	if err != nil {
 		log.Fatal(err)
 	}
-	_ = a.RLock(ctx)   // downgrade: read while still writing
-	_ = a.Unlock(ctx)  // now only a reader
-	_ = a.RUnlock(ctx) // free
+	rctx, _ := a.ReadContext(wctx, 0, 0) // downgrade: read while still writing
+	_ = a.Unlock(wctx)                   // now only a reader
+	_ = a.RUnlock(rctx)                  // free
 	fmt.Println("done")
 	// Output:
 	// second reader: true

@@ -79,8 +79,7 @@ func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
 func TestRedisRestartLosesHoldsAndWaitersRecover(t *testing.T) {
 	r := testenvRedis(t)
 	a := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
-	b := newClient(t, r)
-	b.cfg.recheck = 500 * time.Millisecond
+	b := newClient(t, r, withRecheck(500*time.Millisecond))
 	ctx := ctxT(t)
 	h := a.Mutex("restart")
 	mustLock(t, h)

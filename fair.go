@@ -2,9 +2,11 @@ package dlock
 
 // FairMutex is a reentrant distributed lock granted in arrival order across
 // processes, Redisson's RFairLock. It has every method of Mutex (Lock,
-// TryLock, Unlock, Token, Done, Err, HoldCount, ForceUnlock, IsLocked,
-// RemainingTTL, Name, Owner) with the same meaning; only the order of grants
-// differs.
+// TryLock, LockContext, TryLockContext, Unlock, Token, Done, Err, HoldCount,
+// ForceUnlock, IsLocked, RemainingTTL, Name, Owner) with the same meaning and
+// the same concurrency contract; only the order of grants differs. Goroutines
+// sharing one handle wait for each other in the process before they queue in
+// Redis, one at a time.
 //
 // # Order
 //
@@ -31,12 +33,12 @@ package dlock
 //
 // # Redis layout, and where it differs from Redisson's
 //
-// The lock hash, fencing counter and latch are the Mutex's (see Mutex).
+// The lock hash and fencing counter are the Mutex's (see Mutex).
 // Redisson's RFairLock keeps its queue in redisson_lock_queue:{name} (a list
 // of thread ids) and the waiters' deadlines in redisson_lock_timeout:{name}
 // (a sorted set scored by the client's clock, 5s per waiter, later 5min —
 // a known source of hangs). dlock uses one list, dlock:queue:{name}, of
-// "<ticket> <ttl ms> <client id>:<owner id>" entries, and no deadlines at all:
+// "<ticket> <ttl ms> <client id>:<n>" entries, and no deadlines at all:
 // a dead entry is bounded by the claim window of the hand-off it receives,
 // measured by Redis' own key expiry, so no client clock is involved. A
 // Redisson RFairLock and a dlock FairMutex on one name do not share a queue.
@@ -44,10 +46,10 @@ type FairMutex struct {
 	Mutex
 }
 
-// FairMutex returns a handle on the fair lock name. As with Mutex, each call
-// returns a new owner; an invalid name is reported by the first method call.
+// FairMutex returns a handle on the fair lock name. An invalid name is
+// reported by the handle's first method call.
 func (c *Client) FairMutex(name string) *FairMutex {
 	f := &FairMutex{}
-	f.init(c, name, KindFair)
+	f.init(c, name, protoFair)
 	return f
 }

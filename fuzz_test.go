@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -24,14 +25,26 @@ func FuzzMutexOps(f *testing.F) {
 		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*Mutex{c.Mutex(name), c.Mutex(name)}
 		var counts [2]int
+		var held [2]context.Context // each handle's hold, which its re-entries carry
 		for _, op := range ops {
 			i := int(op>>1) % 2
 			m := hs[i]
 			switch op % 3 {
 			case 0:
-				ok, err := m.TryLock(ctx, 0, 0)
+				lctx := ctx
+				if counts[i] > 0 {
+					lctx = held[i]
+				}
+				hctx, err := m.TryLockContext(lctx, 0, 0)
+				ok := err == nil
+				if errors.Is(err, ErrWaitTimeout) {
+					err = nil
+				}
 				if err != nil {
 					t.Fatal(err)
+				}
+				if ok && counts[i] == 0 {
+					held[i] = hctx
 				}
 				other := counts[1-i]
 				switch {
@@ -87,13 +100,32 @@ func FuzzRWOps(f *testing.F) {
 		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*RWMutex{c.RWMutex(name), c.RWMutex(name)}
 		var reads, writes [2]int
+		// Each handle is one call chain: its read and write holds' contexts.
+		var rctx, wctx [2]context.Context
+		chain := func(i int, readFirst bool) context.Context {
+			switch {
+			case readFirst && reads[i] > 0:
+				return rctx[i]
+			case writes[i] > 0:
+				return wctx[i]
+			case reads[i] > 0:
+				return rctx[i]
+			}
+			return ctx
+		}
+		try := func(hctx context.Context, err error) (context.Context, bool, error) {
+			if errors.Is(err, ErrWaitTimeout) {
+				return nil, false, nil
+			}
+			return hctx, err == nil, err
+		}
 		for _, op := range ops {
 			i := int(op>>2) % 2
 			o := 1 - i
 			h := hs[i]
 			switch op % 4 {
-			case 0: // read
-				ok, err := h.TryRLock(ctx, 0, 0)
+			case 0: // read: re-enters, or downgrades under the write hold
+				hctx, ok, err := try(h.ReadContext(chain(i, true), 0, 0))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -101,10 +133,13 @@ func FuzzRWOps(f *testing.F) {
 					t.Fatalf("TryRLock by %d = %v, want %v (reads %v writes %v)", i, ok, want, reads, writes)
 				}
 				if ok {
+					if reads[i] == 0 {
+						rctx[i] = hctx
+					}
 					reads[i]++
 				}
 			case 1: // write
-				ok, err := h.TryLock(ctx, 0, 0)
+				hctx, ok, err := try(h.WriteContext(chain(i, false), 0, 0))
 				if reads[i] > 0 && writes[i] == 0 {
 					if !errors.Is(err, ErrUpgrade) {
 						t.Fatalf("upgrade by %d = %v, %v; want ErrUpgrade", i, ok, err)
@@ -118,10 +153,13 @@ func FuzzRWOps(f *testing.F) {
 					t.Fatalf("TryLock by %d = %v, want %v (reads %v writes %v)", i, ok, want, reads, writes)
 				}
 				if ok {
+					if writes[i] == 0 {
+						wctx[i] = hctx
+					}
 					writes[i]++
 				}
 			case 2:
-				err := h.RUnlock(ctx)
+				err := h.RUnlock(chain(i, true))
 				if reads[i] == 0 {
 					if !errors.Is(err, ErrNotHeld) {
 						t.Fatalf("RUnlock of nothing = %v", err)
@@ -133,7 +171,7 @@ func FuzzRWOps(f *testing.F) {
 				}
 				reads[i]--
 			case 3:
-				err := h.Unlock(ctx)
+				err := h.Unlock(chain(i, false))
 				if writes[i] == 0 {
 					if !errors.Is(err, ErrNotHeld) {
 						t.Fatalf("Unlock of nothing = %v", err)
@@ -148,12 +186,12 @@ func FuzzRWOps(f *testing.F) {
 		}
 		for i, h := range hs {
 			for ; writes[i] > 0; writes[i]-- {
-				if err := h.Unlock(ctx); err != nil {
+				if err := h.Unlock(wctx[i]); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for ; reads[i] > 0; reads[i]-- {
-				if err := h.RUnlock(ctx); err != nil {
+				if err := h.RUnlock(rctx[i]); err != nil {
 					t.Fatal(err)
 				}
 			}

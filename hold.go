@@ -1,143 +1,222 @@
 package dlock
 
 import (
-	"fmt"
+	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/renew"
 )
 
-// hold is one continuous possession of a lock by a handle, from the grant to
-// the final release or the loss. Re-entries share it.
+// hold is one continuous possession of a lock by one owner, from the grant
+// to the final release or the loss. Its owner field is new for every hold and
+// never reused, so a script that finds the field knows it is this hold's.
+// Re-entries share the hold and count up.
 type hold struct {
-	mu    *Mutex
+	c    *Client
+	p    protocol
+	name string
+	ks   *keys.Set
+	keys []any // the scripts' keys, boxed once per handle
+
+	owner         string // "<client id>:<n>"
+	ownerArg      any    // owner, boxed once
+	fieldArg      any    // the owner's field in the hash: the owner, or owner+":write"
+	writeFieldArg any    // a reader's would-be write field, for rlock.lua's downgrade check
+
+	handle *handle         // whose gate and state the hold occupies
+	outer  *hold           // the hold it was taken under (a downgrading writer's write hold)
+	parent context.Context // the context the hold was asked for with
+
 	token uint64
 	start time.Time
 	done  chan struct{}
-	entry *renew.Entry // &renewal, or nil when nothing needs renewing
-
-	renewal renew.Entry
-
 	lease time.Duration // > 0: a fixed lease, never renewed past until
 	until time.Time     // the fixed lease's end
 
-	lk         sync.Mutex
-	ended      bool
-	err        error     // the loss cause; nil when released
+	renewal  renew.Entry
+	renewing bool // renewal is registered with the watchdog
+
+	// serial admits one re-entry or release call at a time: each sends the
+	// count it expects, which must not be read twice.
+	serial chan struct{}
+
+	mu         sync.Mutex
+	count      int
+	ended      bool      // done is closed: released or lost
+	finished   bool      // the final release ran; the handle is free again
+	err        error     // the loss (a *LossError); nil when released
 	validUntil time.Time // the hold is certain until then (monotonic clock)
 	timer      *time.Timer
+	renewErr   error // the last renewal failure, for the loss reason
 	onEnd      []func(error)
 }
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// newHold starts the bookkeeping of a grant: renewal in watchdog mode, the
-// local deadline that declares the hold lost, and the client's registry.
-// sent is when the granting call was sent (the TTL started after it); lease
-// <= 0 means watchdog mode; claim is set when the lock arrived by hand-off
-// with a TTL of only the claim window. It reports false, with the hold not
-// registered, when the client is closing.
-func newHold(m *Mutex, token uint64, sent time.Time, lease, claim time.Duration) (*hold, bool) {
-	c := m.c
-	h := &hold{mu: m, token: token, start: time.Now(), done: make(chan struct{})}
-	h.lk.Lock()
-	defer h.lk.Unlock()
+// errReleased is the cause of a hold's context after its final Unlock.
+var errReleased = errors.New("dlock: lock released")
+
+// isRedisError reports whether err is an error reply from Redis (READONLY,
+// OOM, NOPERM, ...) rather than a network failure.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// newHold prepares a hold of hd with a new owner; outer, when not nil, is a
+// hold of the same owner it is taken under (a write hold downgrading).
+func newHold(hd *handle, outer *hold) *hold {
+	c := hd.c
+	h := &hold{c: c, p: hd.p, name: hd.name, ks: &hd.ks, keys: hd.keys, handle: hd, outer: outer,
+		done: make(chan struct{}), serial: make(chan struct{}, 1)}
+	if outer != nil {
+		h.owner, h.ownerArg = outer.owner, outer.ownerArg
+	} else {
+		h.owner = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+		h.ownerArg = h.owner
+	}
+	switch hd.p.(type) {
+	case writeProtocol:
+		h.fieldArg = h.owner + ":write"
+	case readProtocol:
+		h.fieldArg = h.ownerArg
+		h.writeFieldArg = h.owner + ":write"
+	default:
+		h.fieldArg = h.ownerArg
+	}
+	return h
+}
+
+// driftMargin is how much earlier than its TTL a holder gives its hold up:
+// Redlock's allowance for clock drift (1% of the TTL) plus 2ms, so that the
+// holder is told before Redis can let the lock move on, even if the two
+// clocks' rates differ slightly.
+func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// granted starts the bookkeeping of a new grant: renewal in watchdog mode,
+// the local deadline that declares the hold lost, and the client's registry.
+// sent is when the granting call was sent (the TTL started after it); claim
+// is set when the lock arrived by hand-off with a TTL of only the claim
+// window. It reports false, with nothing registered, when the client is
+// closing.
+func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration) bool {
+	c := h.c
+	h.token, h.start, h.count = token, time.Now(), 1
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	period := c.cfg.watchdog / 3
 	if lease <= 0 {
 		ttl := c.cfg.watchdog
-		first := c.cfg.watchdog / 3
 		if claim > 0 {
 			ttl = min(ttl, claim)
-			first = min(first, claim/2)
+			period = min(period, claim/2)
 		}
-		h.validUntil = sent.Add(ttl)
-		h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.renewField, TTL: c.cfg.watchdog, Holder: h}
-		h.entry = &h.renewal
-		c.renewer.Add(h.entry, first)
+		h.validUntil = sent.Add(ttl - driftMargin(ttl))
+		h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), TTL: c.cfg.watchdog, Holder: h}
 	} else {
 		h.lease, h.until = lease, sent.Add(lease)
-		h.validUntil = h.until
+		h.validUntil = h.until.Add(-driftMargin(lease))
 		if claim > 0 && claim < lease {
 			// Redis has the hold for the claim window only, until the one
 			// extension to the lease the caller asked for succeeds.
-			h.validUntil = sent.Add(claim)
-			h.renewal = renew.Entry{Key: m.ks.Lock, Field: m.renewField, Until: h.until, Holder: h}
-			h.entry = &h.renewal
-			c.renewer.Add(h.entry, claim/2)
+			h.validUntil = sent.Add(claim - driftMargin(claim))
+			h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), Until: h.until, Holder: h}
+			period = claim / 2
 		}
 	}
-	h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
-	if !c.track(h) {
-		return h, false
+	if h.p.renewKind() == 'r' {
+		h.renewal.Set = h.ks.Readers
 	}
-	return h, true
-}
-
-// errClosedHold ends the holds that Close releases, or that were granted
-// while it ran: their holders must stop as for any other loss.
-var errClosedHold = fmt.Errorf("%w: the client was closed: %w", ErrLockLost, ErrClosed)
-
-// Lost implements renew.Holder.
-func (h *hold) Lost() {
-	h.lose(fmt.Errorf("%w: renewal found another owner", ErrLockLost))
+	if !c.track(h) {
+		return false
+	}
+	if h.renewal.Holder != nil {
+		h.renewing = true
+		// Counted from sent, like the TTL: a slow grant must not push the
+		// first renewal past the hold's validity.
+		c.renewer.Add(&h.renewal, sent.Add(period))
+	}
+	h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
+	return true
 }
 
 // Renewed implements renew.Holder.
 func (h *hold) Renewed(sent time.Time) {
-	h.lk.Lock()
-	defer h.lk.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.renewErr = nil
 	if h.lease > 0 {
-		h.validUntil = h.until // the one extension to the full lease
+		h.validUntil = h.until.Add(-driftMargin(h.lease)) // the one extension to the full lease
 		return
 	}
-	if v := sent.Add(h.mu.c.cfg.watchdog); v.After(h.validUntil) {
+	ttl := h.c.cfg.watchdog
+	if v := sent.Add(ttl - driftMargin(ttl)); v.After(h.validUntil) {
 		h.validUntil = v
 	}
+}
+
+// Lost implements renew.Holder.
+func (h *hold) Lost(code int64) { h.lose(lossError(h.name, goneReason(code), nil)) }
+
+// Failed implements renew.Holder.
+func (h *hold) Failed(err error) {
+	h.mu.Lock()
+	h.renewErr = err
+	h.mu.Unlock()
 }
 
 // checkDeadline runs when the local deadline passes: unless renewal has moved
 // it meanwhile, the hold can no longer be vouched for.
 func (h *hold) checkDeadline() {
-	h.lk.Lock()
+	h.mu.Lock()
 	if h.ended {
-		h.lk.Unlock()
+		h.mu.Unlock()
 		return
 	}
 	if left := time.Until(h.validUntil); left > 0 {
 		h.timer.Reset(left)
-		h.lk.Unlock()
+		h.mu.Unlock()
 		return
 	}
-	expired := h.lease > 0 && !time.Now().Before(h.until)
-	h.lk.Unlock()
-	if expired {
-		h.lose(fmt.Errorf("%w: lease of %v expired", ErrLockLost, h.lease))
-		return
+	leaseOver := h.lease > 0 && h.renewal.Holder == nil
+	renewErr := h.renewErr
+	h.mu.Unlock()
+	switch {
+	case leaseOver:
+		h.lose(lossError(h.name, ErrLeaseEnded, nil))
+	case renewErr != nil && isRedisError(renewErr):
+		h.lose(lossError(h.name, ErrRenewRefused, renewErr))
+	default:
+		h.lose(lossError(h.name, ErrUnconfirmed, renewErr))
 	}
-	h.lose(fmt.Errorf("%w: renewal could not confirm the hold within its TTL", ErrLockLost))
 }
 
 // lose ends the hold with cause; the handle keeps it until Unlock. The loss
 // is logged and reported to observers before Done closes, so that whoever
 // wakes on Done sees it counted.
-func (h *hold) lose(cause error) {
+func (h *hold) lose(cause *LossError) {
 	h.end(cause, func() {
-		c := h.mu.c
-		c.cfg.logger.Warn("dlock: lock lost", "name", h.mu.name, "cause", cause)
-		for _, o := range c.cfg.observers {
-			o.Lost(h.mu.kind, h.mu.name, cause)
+		h.c.cfg.logger.Warn("dlock: lock lost", "name", h.name, "cause", cause)
+		for _, o := range h.c.cfg.observers {
+			o.Lost(h.p.kind(), h.name, cause)
 		}
 	})
 }
 
 // end marks the hold over, stops its renewal and deadline, runs before (if
-// not nil), closes done and runs the end callbacks. It reports false, doing
-// nothing, if the hold had already ended.
-func (h *hold) end(cause error, before func()) bool {
-	h.lk.Lock()
+// not nil), closes done and runs the end callbacks. It does nothing if the
+// hold had already ended.
+func (h *hold) end(cause error, before func()) {
+	h.mu.Lock()
 	if h.ended {
-		h.lk.Unlock()
-		return false
+		h.mu.Unlock()
+		return
 	}
 	h.ended = true
 	h.err = cause
@@ -146,13 +225,15 @@ func (h *hold) end(cause error, before func()) bool {
 	}
 	callbacks := h.onEnd
 	h.onEnd = nil
-	h.lk.Unlock()
-	if h.entry != nil {
+	renewing := h.renewing
+	h.renewing = false
+	h.mu.Unlock()
+	if renewing {
 		// Not Remove: a loss must be told at once, not after a renewal call
 		// that may hang on the very trouble that caused it.
-		h.mu.c.renewer.Cancel(h.entry)
+		h.c.renewer.Cancel(&h.renewal)
 	}
-	h.mu.c.untrack(h)
+	h.c.untrack(h)
 	if before != nil {
 		before()
 	}
@@ -160,24 +241,64 @@ func (h *hold) end(cause error, before func()) bool {
 	for _, f := range callbacks {
 		f(cause)
 	}
-	return true
 }
 
 // onEnded registers f to run when the hold ends (at once if it has).
 func (h *hold) onEnded(f func(error)) {
-	h.lk.Lock()
+	h.mu.Lock()
 	if !h.ended {
 		h.onEnd = append(h.onEnd, f)
-		h.lk.Unlock()
+		h.mu.Unlock()
 		return
 	}
 	err := h.err
-	h.lk.Unlock()
+	h.mu.Unlock()
 	f(err)
 }
 
 func (h *hold) lostErr() error {
-	h.lk.Lock()
-	defer h.lk.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return h.err
 }
+
+// holdKey finds a Client's hold of a name in a context: the hold a lock call
+// re-enters, or an Unlock releases.
+type holdKey struct {
+	c    *Client
+	name string
+}
+
+// holdFrom returns the innermost hold of name by c that ctx carries.
+func holdFrom(ctx context.Context, c *Client, name string) *hold {
+	h, _ := ctx.Value(holdKey{c, name}).(*hold)
+	return h
+}
+
+// context returns a context that carries the hold (for re-entry, Unlock,
+// GrantFrom and TokenFrom) and is cancelled when the hold ends or parent is
+// done; the cause is the hold's loss, or errReleased.
+func (h *hold) context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ctx = context.WithValue(ctx, holdKey{h.c, h.name}, h)
+	ctx = ContextWithGrant(ctx, Grant{Name: h.name, Token: h.token, Backend: BackendRedis})
+	h.onEnded(func(err error) {
+		if err == nil {
+			err = errReleased
+		}
+		cancel(err)
+	})
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// serialize waits for the hold's turn for a count-changing call, or for ctx.
+func (h *hold) serialize(ctx context.Context) error {
+	select {
+	case h.serial <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (h *hold) unserialize() { <-h.serial }

@@ -98,7 +98,7 @@ func TestReentryAfterLossFails(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
 	m := c.Mutex("reenter-lost")
-	mustLock(t, m)
+	hctx := lockCtx(t, m)
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestReentryAfterLossFails(t *testing.T) {
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Lock(ctxT(t)); !errors.Is(err, ErrLockLost) {
+	if err := m.Lock(context.WithoutCancel(hctx)); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("re-entry of a lost hold = %v, want ErrLockLost", err)
 	}
 	_ = m.Unlock(ctxT(t))

@@ -12,24 +12,24 @@ func TestRepeatedAcquireCountsOnce(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r)
 	ctx := ctxT(t)
-	m := c.Mutex("idem-acquire")
+	h := c.Mutex("idem-acquire").testHold()
 	ttl := time.Minute
-	first, err := m.attempt(ctx, ttl, 0, "", false)
-	if err != nil || first.status != 1 {
+	first, err := h.attemptRaw(ctx, ttl, 0, "", false)
+	if err != nil || first.v[0] != 1 {
 		t.Fatal(first, err)
 	}
-	again, err := m.attempt(ctx, ttl, 0, "", false)
-	if err != nil || again.status != 1 || again.count != 1 || again.token != first.token {
-		t.Fatalf("repeated fresh acquire = %+v, %v; want count 1 and token %d", again, err, first.token)
+	again, err := h.attemptRaw(ctx, ttl, 0, "", false)
+	if err != nil || again.v[0] != 1 || again.v[1] != 1 || again.v[2] != first.v[2] {
+		t.Fatalf("repeated fresh acquire = %+v, %v; want count 1 and token %d", again, err, first.v[2])
 	}
 	// A repeated re-entry (expected count 1) counts once too.
 	for range 2 {
-		if res, err := m.attempt(ctx, ttl, 1, "", false); err != nil || res.count != 2 {
+		if res, err := h.attemptRaw(ctx, ttl, 1, "", false); err != nil || res.v[1] != 2 {
 			t.Fatalf("re-entry = %+v, %v; want count 2", res, err)
 		}
 	}
-	if n, _ := m.HoldCount(ctx); n != 2 {
-		t.Fatalf("HoldCount = %d, want 2", n)
+	if n, _ := rdbFor(t, r).HGet(ctx, "idem-acquire", h.field()).Int(); n != 2 {
+		t.Fatalf("hold count = %d, want 2", n)
 	}
 	rdbFor(t, r).Del(ctx, "idem-acquire")
 }
@@ -42,9 +42,10 @@ func TestRepeatedQueueingQueuesOnce(t *testing.T) {
 	h := c.Mutex("idem-queue")
 	mustLock(t, h)
 	w := c.Mutex("idem-queue")
-	entry := "42 30000 " + w.field
+	wh := w.testHold()
+	entry := "42 30000 " + wh.field()
 	for range 2 {
-		if res, err := w.attempt(ctx, 30*time.Second, 0, entry, false); err != nil || res.status != 0 {
+		if res, err := wh.attemptRaw(ctx, 30*time.Second, 0, entry, false); err != nil || res.v[0] != 0 {
 			t.Fatal(res, err)
 		}
 	}
@@ -60,44 +61,71 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	c := newClient(t, r)
 	ctx := ctxT(t)
 	m := c.Mutex("idem-release")
+	h := m.testHold()
 	rdb := rdbFor(t, r)
-	rdb.HSet(ctx, "idem-release", m.field, 3)
-	rdb.PExpire(ctx, "idem-release", time.Minute)
-	release := func(expected int, req string) []int64 {
+	// A fencing counter exists, as it does for every granted lock.
+	if res, err := h.attemptRaw(ctx, time.Minute, 0, "", false); err != nil || res.v[0] != 1 {
+		t.Fatal(res, err)
+	}
+	rdb.HSet(ctx, "idem-release", h.field(), 3)
+	release := func(expected int) []int64 {
 		t.Helper()
-		r, err := readSmall(scriptRelease.run(ctx, rdb, m.keyArgs, m.field, expected, req, 30000, 2000, 60000, "0"))
+		r, err := readReply(h.p.release(ctx, h, expected, false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r.v[:r.n]
 	}
 	for range 2 {
-		if v := release(3, "req-1"); v[0] != 1 || v[1] != 2 {
+		if v := release(3); v[0] != 1 || v[1] != 2 {
 			t.Fatalf("release from 3 = %v, want [1 2]", v)
 		}
 	}
-	if n, _ := m.HoldCount(ctx); n != 2 {
+	if n, _ := rdb.HGet(ctx, "idem-release", h.field()).Int(); n != 2 {
 		t.Fatalf("count after a repeated decrement = %d, want 2", n)
 	}
 	// 2 -> 1, resent: the resend finds count 1 and must not release.
 	for range 2 {
-		if v := release(2, "req-15"); v[0] != 1 || v[1] != 1 {
+		if v := release(2); v[0] != 1 || v[1] != 1 {
 			t.Fatalf("release from 2 = %v, want [1 1] both times", v)
 		}
 	}
 	if l, _ := m.IsLocked(ctx); !l {
 		t.Fatal("a resent 2 -> 1 decrement released the lock")
 	}
-	for range 2 {
-		if v := release(1, "req-2"); v[0] != 1 || v[1] != 0 {
-			t.Fatalf("final release = %v, want [1 0] both times", v)
-		}
+	if v := release(1); v[0] != 1 || v[1] != 0 {
+		t.Fatalf("final release = %v, want [1 0]", v)
 	}
-	if v := release(1, "req-3"); v[0] != 0 {
-		t.Fatalf("a different release of a free lock = %v, want [0]", v)
+	// The resent final release finds the field gone, and says GONE (not
+	// forced, not data lost): the holder, whose hold was still certain,
+	// knows it was its own.
+	if v := release(1); v[0] != 0 || v[1] != goneCode {
+		t.Fatalf("resent final release = %v, want [0 %d]", v, goneCode)
 	}
-	if ttl, _ := rdb.PTTL(ctx, m.ks.Latch).Result(); ttl <= 0 || ttl > 30*time.Second {
-		t.Fatalf("latch TTL = %v", ttl)
+}
+
+// A final release resent after the next holder has already released (the
+// case a per-name latch got wrong) is still recognised as our own: Unlock
+// reports success, not ErrLockLost.
+func TestResentFinalReleaseAfterTheNextHolders(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	m := c.Mutex("idem-resent-final")
+	mustLock(t, m)
+	h := m.current(ctx)
+	// Our release runs, then another owner takes and releases the lock,
+	// then go-redis resends our release: what the hold sees is the resend.
+	if v, err := readReply(h.p.release(ctx, h, 1, false)); err != nil || v.v[0] != 1 {
+		t.Fatal(v, err)
+	}
+	other := c.Mutex("idem-resent-final")
+	mustLock(t, other)
+	mustUnlock(t, other)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock whose release was resent after the next holder's = %v, want nil", err)
+	}
+	if m.Err() != nil {
+		t.Fatalf("Err after a clean release = %v", m.Err())
 	}
 }
 
@@ -109,14 +137,15 @@ func TestAttemptFindingOwnHoldRestoresTTL(t *testing.T) {
 	c := newClient(t, r)
 	ctx := ctxT(t)
 	m := c.Mutex("idem-claim")
+	h := m.testHold()
 	rdb := rdbFor(t, r)
-	rdb.HSet(ctx, "idem-claim", m.field, 1)
+	rdb.HSet(ctx, "idem-claim", h.field(), 1)
 	rdb.PExpire(ctx, "idem-claim", 200*time.Millisecond) // a claim window
-	entry := "9 30000 " + m.field
+	entry := "9 30000 " + h.field()
 	rdb.RPush(ctx, m.ks.Queue, entry, entry)
 	rdb.PExpire(ctx, m.ks.Queue, time.Minute)
-	res, err := m.attempt(ctx, 30*time.Second, 0, entry, false)
-	if err != nil || res.status != 1 {
+	res, err := h.attemptRaw(ctx, 30*time.Second, 0, entry, false)
+	if err != nil || res.v[0] != 1 {
 		t.Fatal(res, err)
 	}
 	if ttl, _ := rdb.PTTL(ctx, "idem-claim").Result(); ttl < 29*time.Second {

@@ -84,8 +84,9 @@ func TestClose(t *testing.T) {
 	other := newClient(t, r)
 	ctx := ctxT(t)
 	held := c.Mutex("close:held")
-	mustLock(t, held)
-	mustLock(t, held) // count 2: Close releases it all the same
+	if err := held.Lock(lockCtx(t, held)); err != nil { // count 2: Close releases it all the same
+		t.Fatal(err)
+	}
 	fixed := c.Mutex("close:fixed")
 	if ok, err := fixed.TryLock(ctx, 0, time.Minute); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -218,9 +219,11 @@ func TestDefaultClientIDNamesHostAndProcess(t *testing.T) {
 		t.Fatalf("ParseClientID(%q) = %q, %d, %v; want %q, %d", c.ID(), host, pid, ok, wantHost, os.Getpid())
 	}
 	m := c.Mutex("client-id-owner")
+	mustLock(t, m)
 	if h, p, ok := ParseClientID(m.Owner()); !ok || h != host || p != pid {
 		t.Fatalf("ParseClientID(owner %q) = %q, %d, %v", m.Owner(), h, p, ok)
 	}
+	mustUnlock(t, m)
 	d, _ := New(rdbFor(t, shared))
 	defer d.Close()
 	if d.ID() == c.ID() {

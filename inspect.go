@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,19 +29,24 @@ type LockInfo struct {
 
 // Holder is one owner of a lock and its reentrant hold count.
 type Holder struct {
-	Owner string // "<client id>:<owner id>"; an RWMutex writer ends in ":write"
+	Owner string // "<client id>:<n>"; an RWMutex writer ends in ":write"
 	Count int64
+	// Host and PID name the holder's process when its client id is
+	// New's default (see ParseClientID); empty and 0 otherwise.
+	Host string
+	PID  int
 }
 
 // Waiter is one queued waiter.
 type Waiter struct {
-	Owner string        // "<client id>:<owner id>"
+	Owner string        // "<client id>:<n>"
 	TTL   time.Duration // the TTL it asked for
 }
 
 // Inspect reads the state of the lock name in one transaction (MULTI) and
 // changes nothing. It understands every dlock layout and Redisson's RLock and
-// RReadWriteLock hashes. It is safe for concurrent use.
+// RReadWriteLock hashes; a key of another type gives an error wrapping
+// ErrNotLock. It is safe for concurrent use.
 func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	info := LockInfo{Name: name}
 	if ctx == nil {
@@ -61,17 +65,22 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	var fence *redis.StringCmd
 	var queue *redis.StringSliceCmd
 	var writers *redis.IntCmd
-	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		typ = p.Type(ctx, ks.Lock)
-		fields = p.HGetAll(ctx, ks.Lock)
-		pttl = p.PTTL(ctx, ks.Lock)
-		fence = p.Get(ctx, ks.Fence)
-		queue = p.LRange(ctx, ks.Queue, 0, -1)
-		writers = p.ZCard(ctx, ks.Writers)
-		return nil
-	})
+	_, _, err := roundTrip(c, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			typ = p.Type(ctx, ks.Lock)
+			fields = p.HGetAll(ctx, ks.Lock)
+			pttl = p.PTTL(ctx, ks.Lock)
+			fence = p.Get(ctx, ks.Fence)
+			queue = p.LRange(ctx, ks.Queue, 0, -1)
+			writers = p.ZCard(ctx, ks.Writers)
+			return nil
+		})
+	}, nil)
+	if err != nil && ctx.Err() != nil {
+		return info, err
+	}
 	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
-		return info, fmt.Errorf("dlock: %q is a Redis %s, not a dlock lock", name, t)
+		return info, fmt.Errorf("%w: %q is a Redis %s", ErrNotLock, name, t)
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return info, err
@@ -82,7 +91,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 			continue
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
-		info.Holders = append(info.Holders, Holder{Owner: owner, Count: n})
+		host, pid, _ := ParseClientID(owner)
+		info.Holders = append(info.Holders, Holder{Owner: owner, Count: n, Host: host, PID: pid})
 	}
 	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Owner < info.Holders[j].Owner })
 	info.Locked = len(info.Holders) > 0
@@ -93,13 +103,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		info.Token = v
 	}
 	for _, e := range queue.Val() {
-		// "<ticket> <ttl_ms> <owner>"
-		parts := strings.SplitN(e, " ", 3)
-		if len(parts) != 3 {
-			continue
+		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
+			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
 		}
-		ms, _ := strconv.ParseInt(parts[1], 10, 64)
-		info.Waiters = append(info.Waiters, Waiter{Owner: parts[2], TTL: time.Duration(ms) * time.Millisecond})
 	}
 	info.WaitingWriters = int(writers.Val())
 	return info, nil

@@ -6,17 +6,57 @@ import (
 )
 
 // Locker is what every dlock lock offers: *Mutex, *FairMutex, *RWMutex (its
-// write side), RWMutex.RLocker() (its read side) and *MultiLock. All but
-// MultiLock also have Name, by which a MultiLock orders its members. The methods
+// write side), RWMutex.RLocker() (its read side) and *MultiLock. The methods
 // mean what they mean on Mutex: wait <= 0 is one attempt, lease <= 0 is
-// watchdog mode, (false, nil) is a wait that ran out.
+// watchdog mode, (false, nil) is a wait that ran out. Every Locker is safe
+// for concurrent use.
 type Locker interface {
 	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
 	Lock(ctx context.Context) error
 	Unlock(ctx context.Context) error
 }
 
+// Member is a named lock a MultiLock can take: *Mutex, *FairMutex,
+// *RWMutex (its write side) and RWMutex.RLocker() (its read side). Only dlock
+// implements it.
+type Member interface {
+	Locker
+	Name() string
+	member() *handle
+}
+
+func (m *Mutex) member() *handle {
+	if m == nil {
+		return nil
+	}
+	return &m.handle
+}
+
+func (f *FairMutex) member() *handle {
+	if f == nil {
+		return nil
+	}
+	return &f.handle
+}
+
+func (rw *RWMutex) member() *handle {
+	if rw == nil {
+		return nil
+	}
+	return &rw.w
+}
+
+func (l *readLocker) member() *handle {
+	if l == nil || l.rw == nil {
+		return nil
+	}
+	return &l.rw.r
+}
+
 var (
-	_ Locker = (*Mutex)(nil)
-	_ Locker = (*FairMutex)(nil)
+	_ Member = (*Mutex)(nil)
+	_ Member = (*FairMutex)(nil)
+	_ Member = (*RWMutex)(nil)
+	_ Member = (*readLocker)(nil)
+	_ Locker = (*MultiLock)(nil)
 )

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // MultiLock takes several locks as one, all or nothing, Redisson's
@@ -40,41 +38,33 @@ import (
 type MultiLock struct {
 	c       *Client
 	name    string // the members' names, sorted, joined by ","
-	members []namedLocker
+	members []Member
 	err     error // bad construction, reported by every call
 }
 
-// namedLocker is a Locker with a name to sort by.
-type namedLocker interface {
-	Locker
-	Name() string
-}
-
 // MultiLock returns a lock over locks, taken all or nothing in sorted name
-// order. Each member must be a dlock lock handle of this or another Client,
-// with a distinct name. Bad members (none, nil, an invalid or repeated name,
-// a Locker without a Name method, such as a MultiLock) are
+// order. Each member must be a lock handle of this or another Client, with a
+// distinct name. Bad members (none, nil, an invalid or repeated name) are
 // reported with ErrInvalidArgument by the first call, before any network call.
-func (c *Client) MultiLock(locks ...Locker) *MultiLock {
+func (c *Client) MultiLock(locks ...Member) *MultiLock {
 	ml := &MultiLock{c: c}
 	if len(locks) == 0 {
 		ml.err = fmt.Errorf("%w: a MultiLock needs at least one lock", ErrInvalidArgument)
 		return ml
 	}
-	ml.members = make([]namedLocker, 0, len(locks))
+	ml.members = make([]Member, 0, len(locks))
 	for i, l := range locks {
-		n, ok := l.(namedLocker)
-		if !ok || n == nil || isNilLocker(n) {
-			ml.err = fmt.Errorf("%w: MultiLock member %d is nil or not a dlock lock handle", ErrInvalidArgument, i)
+		if l == nil || l.member() == nil {
+			ml.err = fmt.Errorf("%w: MultiLock member %d is nil", ErrInvalidArgument, i)
 			return ml
 		}
-		if err := keys.Validate(n.Name()); err != nil {
+		if err := l.member().nameErr; err != nil {
 			ml.err = fmt.Errorf("%w: MultiLock member %d: %w", ErrInvalidArgument, i, err)
 			return ml
 		}
-		ml.members = append(ml.members, n)
+		ml.members = append(ml.members, l)
 	}
-	slices.SortStableFunc(ml.members, func(a, b namedLocker) int { return strings.Compare(a.Name(), b.Name()) })
+	slices.SortStableFunc(ml.members, func(a, b Member) int { return strings.Compare(a.Name(), b.Name()) })
 	names := make([]string, len(ml.members))
 	for i, m := range ml.members {
 		names[i] = m.Name()
@@ -85,20 +75,6 @@ func (c *Client) MultiLock(locks ...Locker) *MultiLock {
 	}
 	ml.name = strings.Join(names, ",")
 	return ml
-}
-
-func isNilLocker(n namedLocker) bool {
-	switch x := n.(type) {
-	case *Mutex:
-		return x == nil
-	case *FairMutex:
-		return x == nil
-	case *RWMutex:
-		return x == nil
-	case *readLocker:
-		return x == nil || x.rw == nil
-	}
-	return false
 }
 
 // Names returns the members' names in the order they are taken.
@@ -204,11 +180,9 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release gives back taken members after a failed acquisition, even when
-// ctx is cancelled, within the close timeout.
-func (ml *MultiLock) release(ctx context.Context, taken []namedLocker) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ml.c.cfg.closeBudget)
-	defer cancel()
+// release gives back taken members after a failed acquisition; with ctx
+// done, each release goes on in the background (see Mutex.Unlock).
+func (ml *MultiLock) release(ctx context.Context, taken []Member) error {
 	var errs []error
 	for i := len(taken) - 1; i >= 0; i-- {
 		if err := taken[i].Unlock(ctx); err != nil {
@@ -217,5 +191,3 @@ func (ml *MultiLock) release(ctx context.Context, taken []namedLocker) error {
 	}
 	return errors.Join(errs...)
 }
-
-var _ Locker = (*MultiLock)(nil)

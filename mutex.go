@@ -4,189 +4,186 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/redis/go-redis/v9"
 )
 
-// Mutex is a handle on a reentrant distributed lock, Redisson's RLock. The
-// handle is the owner: Lock on a handle that holds the lock re-enters and
-// counts, Unlock counts down and releases at zero, and another handle (in
-// this process or any other) is another owner.
+// Mutex is a handle on a reentrant distributed lock, Redisson's RLock.
 //
-// A Mutex is safe for concurrent use. Its lock operations are serialized:
-// while one goroutine waits in Lock, another goroutine's Lock on the same
-// handle waits behind it and then re-enters. Goroutines that must exclude
-// each other need handles of their own.
+// A Mutex behaves like a sync.Mutex shared by any number of goroutines: it
+// lets one caller in at a time, and a Lock by another goroutine (or by the
+// same one with an unrelated context) waits until the hold is released.
+// Re-entry follows the call chain instead of a thread: a lock call whose ctx
+// descends from a hold of the same name by the same Client (the context
+// LockContext returns, or the one WithLock passes to fn) re-enters that hold
+// and counts, and Unlock with such a ctx counts down; the lock is released
+// when the count reaches zero. Go has no thread ids, and sharing a handle
+// between request goroutines is how Go code uses a mutex, so the context,
+// which does follow the call chain, carries ownership (see the package doc).
+//
+// Unlock with a context that carries no hold of the name releases the
+// handle's current hold, as sync.Mutex lets any goroutine unlock. Token,
+// Done and Err describe the handle's current hold (or its last one).
+//
+// A Mutex is safe for concurrent use.
 //
 // Redis layout (Redisson's): the key is the name, a hash whose field
-// "<client id>:<owner id>" holds the hold count, with a TTL; a release
-// publishes "0" on "redisson_lock__channel:{name}" when nobody is queued.
-// dlock adds dlock:fence:{name} (the fencing counter, restarted from the
-// server clock every 24h), dlock:queue:{name} (processes waiting for a direct
-// hand-off, with a TTL) and dlock:latch:{name} (the last final release's
-// request id, for 30s).
+// "<client id>:<n>" (n new for every hold) holds the hold count, with a TTL;
+// a release publishes "0" on "redisson_lock__channel:{name}" when nobody is
+// queued. dlock adds dlock:fence:{name} (the fencing counter, restarted from
+// the server clock every 24h), dlock:queue:{name} (processes waiting for a
+// direct hand-off, with a TTL) and dlock:forced:{name} (owners ForceUnlock
+// evicted, so they learn why). A name with a hash tag T uses
+// "dlock:fence:{T}:name" and so on, so that no two names share a key.
 type Mutex struct {
-	c       *Client
-	name    string
-	kind    Kind
-	ks      keys.Set
-	keyArgs []any // ks.Lock, ks.Fence, ks.Queue, ks.Latch, boxed once
-	field   string
-	fieldA  any // field, boxed once
-	nameErr error
-	gate    chan struct{} // serializes lock operations on the handle
-	fair    bool          // FairMutex: a free lock goes to the queue's head
-	fairA   any           // "1" when fair, boxed once
-
-	// A side of an RWMutex: 'r' or 'w' (0 for Mutex and FairMutex). The two
-	// sides of one RWMutex share the owner, the gate and the keys.
-	side       byte
-	sideA      any    // "r" or "w", boxed once
-	ownerA     any    // the owner "<client id>:<owner id>", boxed once
-	peer       *Mutex // the other side of the RWMutex
-	channel    string // the release channel waiters subscribe to
-	renewField string // renew.Entry.Field for this handle's holds
-
-	mu    sync.Mutex
-	count int
-	h     *hold
+	handle
 }
 
-func newMutex(c *Client, name string) *Mutex {
+// Mutex returns a handle on the reentrant lock name. An invalid name is
+// reported by the handle's first method call.
+func (c *Client) Mutex(name string) *Mutex {
 	m := &Mutex{}
-	m.init(c, name, KindMutex)
+	m.init(c, name, protoMutex)
 	return m
-}
-
-// init sets up a handle in place (FairMutex embeds a Mutex; RWMutex has two).
-func (m *Mutex) init(c *Client, name string, kind Kind) {
-	m.c, m.name, m.kind, m.gate = c, name, kind, make(chan struct{}, 1)
-	m.fair = kind == KindFair
-	m.fairA = "0"
-	if m.fair {
-		m.fairA = "1"
-	}
-	if err := keys.Validate(name); err != nil {
-		m.nameErr = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-		return
-	}
-	m.ks = keys.For(name)
-	m.keyArgs = []any{m.ks.Lock, m.ks.Fence, m.ks.Queue, m.ks.Latch}
-	m.field = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
-	m.fieldA = m.field
-	m.channel = m.ks.Channel
-	m.renewField = m.field
 }
 
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
 
-// Owner returns the handle's owner field, "<client id>:<owner id>".
-func (m *Mutex) Owner() string { return m.field }
+// Owner returns the owner field ("<client id>:<n>") of the handle's current
+// hold, or "" when it holds nothing.
+func (m *Mutex) Owner() string { return owner(&m.handle) }
+
+func owner(hd *handle) string {
+	if h := hd.lastHold(); h != nil && !hd.idle() {
+		return h.fieldArg.(string)
+	}
+	return ""
+}
 
 // TryLock tries to acquire the lock, waiting up to wait for it. wait <= 0
-// makes exactly one attempt. lease > 0 makes the lock expire lease after the
+// makes exactly one attempt (and does not wait for another goroutine's hold
+// of the handle either). lease > 0 makes the lock expire lease after the
 // grant, never renewed; lease <= 0 selects watchdog mode: the lock's TTL is
 // the watchdog timeout, renewed every third of it until Unlock.
 //
-// It returns (true, nil) once held (or re-entered), (false, nil) when the
-// wait ran out, and an error for a failure: ErrInvalidArgument, ErrClosed,
-// a Redis error, or ctx's error (errors.Is(err, context.Canceled) holds when
-// ctx was cancelled). A re-entry never waits and keeps the hold's mode.
+// It returns (true, nil) once held (or re-entered, when ctx carries the
+// hold), (false, nil) when the wait ran out, and an error for a failure:
+// ErrInvalidArgument, ErrClosed, ErrUnavailable when Redis did not answer
+// within the wait, a Redis error, or ctx's cause (errors.Is(err,
+// context.Canceled) holds when ctx was cancelled). The wait bounds the whole
+// call, network time included, and TryLock returns as soon as ctx is done.
+// A re-entry never waits and keeps the hold's mode.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if err := m.check(ctx, lease); err != nil {
-		return false, err
-	}
-	return m.acquire(ctx, wait, lease, false)
+	h, err := m.lock(ctx, lockRequest{wait: wait, lease: lease})
+	return h != nil, err
 }
 
 // Lock acquires the lock in watchdog mode, waiting as long as it takes or
-// until ctx is done, in which case it returns ctx's error.
+// until ctx is done, in which case it returns ctx's cause at once.
 func (m *Mutex) Lock(ctx context.Context) error {
-	if err := m.check(ctx, 0); err != nil {
-		return err
-	}
-	_, err := m.acquire(ctx, 0, 0, true)
+	_, err := m.lock(ctx, lockRequest{forever: true})
 	return err
 }
 
-func (m *Mutex) check(ctx context.Context, lease time.Duration) error {
-	switch {
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case m.nameErr != nil:
-		return m.nameErr
-	case lease > 0 && lease < time.Millisecond:
-		return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, lease)
-	case m.c.closed.Load():
-		return ErrClosed
-	}
-	return nil
+// LockContext is Lock returning a context that carries the hold: lock calls
+// with it (or a context derived from it) on the same name re-enter, Unlock
+// with it releases this hold, TokenFrom and GrantFrom read it, and it is
+// cancelled when the hold ends (cause wrapping ErrLockLost when lost) or ctx
+// is done.
+func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
+	return lockContext(ctx, &m.handle, lockRequest{forever: true})
 }
 
-func (m *Mutex) enter(ctx context.Context) error {
-	select {
-	case m.gate <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+// TryLockContext is TryLock returning the hold's context (see LockContext);
+// when the wait runs out it returns an error wrapping ErrWaitTimeout.
+func (m *Mutex) TryLockContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
+	return lockContext(ctx, &m.handle, lockRequest{wait: wait, lease: lease})
 }
 
-func (m *Mutex) exit() { <-m.gate }
-
-// Unlock releases one hold of the lock; the lock is free (or handed to the
-// next waiter) when the count reaches zero. It returns ErrNotHeld when the
-// handle holds nothing, and an error wrapping ErrLockLost when the hold had
-// been lost (the protected work may have overlapped another holder's). On any
-// error from the final release the handle holds nothing afterwards: the lock
-// expires by its TTL at the latest.
-func (m *Mutex) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+func lockContext(ctx context.Context, hd *handle, req lockRequest) (context.Context, error) {
+	h, err := hd.lock(ctx, req)
+	if err != nil {
+		return nil, err
 	}
-	if m.nameErr != nil {
-		return m.nameErr
+	if h == nil {
+		return nil, fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, hd.name, req.wait)
 	}
-	// Unlock waits for the handle's other operations whatever ctx says: the
-	// release itself still honours ctx.
-	m.gate <- struct{}{}
-	defer m.exit()
-	return m.release(ctx, false)
+	if holdFrom(ctx, hd.c, hd.name) == h {
+		return ctx, nil // a re-entry: ctx carries the hold already
+	}
+	parent := ctx
+	if h.outer != nil {
+		// A read hold taken under the write hold outlives it: its context
+		// must not end with the write hold's.
+		parent = h.outer.parent
+	}
+	hctx, _ := h.context(parent)
+	return hctx, nil
 }
+
+// Unlock releases one hold count: of the hold ctx carries, or else of the
+// handle's current hold. The lock is free (or handed to the next waiter)
+// when the count reaches zero. The release is sent even when ctx is already
+// done (detached, bounded by the cleanup timeout): Unlock then returns at
+// once with an error wrapping ctx's cause while the release goes on.
+//
+// It returns ErrNotHeld when there is no hold to release, and an error
+// wrapping ErrLockLost when the hold had been lost (the protected work may
+// have overlapped another holder's). On any error from the final release the
+// handle holds nothing afterwards: the lock expires by its TTL at the latest.
+func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx) }
 
 // ForceUnlock releases the lock whoever holds it, handing it to the next
 // queued waiter or waking Redisson-style waiters, and reports whether it was
-// held. Holders learn of it when their next renewal fails.
+// held. Holders learn of it at their next renewal, with a loss wrapping
+// ErrForced.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := m.check(ctx, 0); err != nil {
+	return forceUnlock(ctx, &m.handle)
+}
+
+func forceUnlock(ctx context.Context, hd *handle) (bool, error) {
+	if err := hd.check(ctx, 0); err != nil {
 		return false, err
 	}
-	a := &m.c.args
-	n, err := scriptForce.run(ctx, m.c.rdb, m.keyArgs[:3], a.claimMs, a.fenceTTLMs).Int64()
+	a := &hd.c.arg
+	keys := []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Queue, hd.ks.Forced}
+	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
+		return scriptForce.run(ctx, hd.c.rdb, keys, a.claimMs, a.fenceTTLMs).Int64()
+	}, nil)
 	return n == 1, err
 }
 
 // IsLocked reports whether any owner holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	if err := m.check(ctx, 0); err != nil {
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return isLocked(ctx, &m.handle) }
+
+func isLocked(ctx context.Context, hd *handle) (bool, error) {
+	if err := hd.check(ctx, 0); err != nil {
 		return false, err
 	}
-	n, err := m.c.rdb.Exists(ctx, m.ks.Lock).Result()
+	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
+		return hd.c.rdb.Exists(ctx, hd.ks.Lock).Result()
+	}, nil)
 	return n == 1, err
 }
 
-// HoldCount returns this handle's hold count as Redis has it (0 when it does
-// not hold the lock).
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	if err := m.check(ctx, 0); err != nil {
+// HoldCount returns the hold count of the hold ctx carries, or else of the
+// handle's current hold, as Redis has it (0 when there is none).
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return holdCount(ctx, &m.handle) }
+
+func holdCount(ctx context.Context, hd *handle) (int, error) {
+	if err := hd.check(ctx, 0); err != nil {
 		return 0, err
 	}
-	n, err := m.c.rdb.HGet(ctx, m.ks.Lock, m.field).Int()
-	if errors.Is(err, redisNil) {
+	h := hd.current(ctx)
+	if h == nil {
+		return 0, nil
+	}
+	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int, error) {
+		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.fieldArg.(string)).Int()
+	}, nil)
+	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	return n, err
@@ -198,59 +195,27 @@ func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := m.check(ctx, 0); err != nil {
 		return 0, err
 	}
-	d, err := m.c.rdb.PTTL(ctx, m.ks.Lock).Result()
+	d, _, err := roundTrip(m.c, ctx, func(ctx context.Context) (time.Duration, error) {
+		return m.c.rdb.PTTL(ctx, m.ks.Lock).Result()
+	}, nil)
 	if err != nil || d < 0 {
 		return 0, err
 	}
 	return d, nil
 }
 
-// Token returns the fencing token of the current hold, or 0 when the handle
+// Token returns the fencing token of the handle's current hold, or 0 when it
 // holds nothing. Tokens of successive holds of one name strictly increase;
 // pass the token to the resource you protect and have it reject writes that
 // carry a token lower than one it has seen.
-func (m *Mutex) Token() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.h == nil {
-		return 0
-	}
-	return m.h.token
-}
+func (m *Mutex) Token() uint64 { return m.token() }
 
-// Done returns a channel that is closed when the current hold ends: by the
-// final Unlock, or by its loss (see Err). When the handle holds nothing it
-// returns a closed channel.
-func (m *Mutex) Done() <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.h == nil {
-		return closedCh
-	}
-	return m.h.done
-}
+// Done returns a channel that is closed when the handle's current hold ends:
+// by the final Unlock, or by its loss (see Err). When the handle holds
+// nothing it returns a closed channel.
+func (m *Mutex) Done() <-chan struct{} { return m.doneCh() }
 
-// Err returns the reason the current hold was lost, wrapping ErrLockLost, or
-// nil while it is held and when the handle holds nothing.
-func (m *Mutex) Err() error {
-	m.mu.Lock()
-	h := m.h
-	m.mu.Unlock()
-	if h == nil {
-		return nil
-	}
-	return h.lostErr()
-}
-
-// onHoldEnd runs f when the current hold ends; it reports false when the
-// handle holds nothing.
-func (m *Mutex) onHoldEnd(f func(error)) bool {
-	m.mu.Lock()
-	h := m.h
-	m.mu.Unlock()
-	if h == nil {
-		return false
-	}
-	h.onEnded(f)
-	return true
-}
+// Err returns why the handle's current or most recent hold was lost (a
+// *LossError wrapping ErrLockLost), or nil while it is held and when it
+// ended by Unlock.
+func (m *Mutex) Err() error { return m.err() }

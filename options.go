@@ -19,8 +19,9 @@ type config struct {
 	linger         time.Duration
 	fenceTTL       time.Duration
 	latchTTL       time.Duration
-	closeBudget    time.Duration
-	replicas       int // > 0: WithReplicaAck
+	closeTimeout   time.Duration // bounds Close
+	cleanupTimeout time.Duration // bounds each detached cleanup
+	replicas       int           // > 0: WithReplicaAck
 	replicaTimeout time.Duration
 	spinMin        time.Duration // > 0: spin mode
 	spinMax        time.Duration
@@ -28,16 +29,20 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		watchdog:    30 * time.Second,
-		logger:      slog.New(slog.DiscardHandler),
-		claim:       2 * time.Second,
-		recheck:     3 * time.Second,
-		linger:      2 * time.Second,
-		fenceTTL:    24 * time.Hour,
-		latchTTL:    30 * time.Second,
-		closeBudget: 5 * time.Second,
+		watchdog:       30 * time.Second,
+		logger:         slog.New(slog.DiscardHandler),
+		claim:          2 * time.Second,
+		recheck:        3 * time.Second,
+		linger:         2 * time.Second,
+		fenceTTL:       24 * time.Hour,
+		latchTTL:       30 * time.Second,
+		closeTimeout:   5 * time.Second,
+		cleanupTimeout: 5 * time.Second,
 	}
 }
+
+// MaxSpinBackoff is the longest backoff WithSpin accepts.
+const MaxSpinBackoff = time.Minute
 
 // MinWatchdogTimeout is the shortest watchdog timeout accepted.
 const MinWatchdogTimeout = 30 * time.Millisecond
@@ -112,14 +117,40 @@ func WithHandoffClaim(d time.Duration) Option {
 	}
 }
 
-// WithCloseTimeout bounds how long Close spends releasing the locks the client
-// still holds. Default 5s. Locks it could not release expire by their TTL.
+// WithCloseTimeout bounds how long Close takes: telling holders, releasing
+// the locks the client still holds, closing the pub/sub connection and
+// waiting for background cleanups. Default 5s. Locks it could not release
+// expire by their TTL.
 func WithCloseTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: close timeout must be positive", ErrInvalidArgument)
 		}
-		c.closeBudget = d
+		c.closeTimeout = d
+		return nil
+	}
+}
+
+// WithCleanupTimeout bounds the work dlock finishes in the background after
+// its caller has gone: a release whose ctx had ended (Unlock still sends it),
+// leaving a wait queue, giving back a grant whose caller's ctx ended while
+// the reply was on its way. Default 5s. Work it could not finish in time is
+// undone by the keys' TTLs.
+func WithCleanupTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: cleanup timeout must be positive", ErrInvalidArgument)
+		}
+		c.cleanupTimeout = d
+		return nil
+	}
+}
+
+// withRecheck sets how often a waiter re-checks a lock on its own (default
+// 3s); tests shorten or lengthen it.
+func withRecheck(d time.Duration) Option {
+	return func(c *config) error {
+		c.recheck = d
 		return nil
 	}
 }
@@ -130,11 +161,12 @@ func WithCloseTimeout(d time.Duration) Option {
 // TTL or the end of the wait), then tries again. Use it where pub/sub is not
 // available (some proxies and managed offerings) or not wanted; it costs a
 // script call per waiter per backoff, where pub/sub mode costs about one per
-// grant. Typical values: 1ms and 128ms. The semantics are otherwise the same.
+// grant. Typical values: 1ms and 128ms; max is at most MaxSpinBackoff. The
+// semantics are otherwise the same.
 func WithSpin(min, max time.Duration) Option {
 	return func(c *config) error {
-		if min < time.Microsecond*100 || max < min {
-			return fmt.Errorf("%w: spin backoff needs 100µs <= min <= max, got %v and %v", ErrInvalidArgument, min, max)
+		if min < time.Microsecond*100 || max < min || max > MaxSpinBackoff {
+			return fmt.Errorf("%w: spin backoff needs 100µs <= min <= max <= %v, got %v and %v", ErrInvalidArgument, MaxSpinBackoff, min, max)
 		}
 		c.spinMin, c.spinMax = min, max
 		return nil

@@ -39,8 +39,7 @@ func TestRedissonInterop(t *testing.T) {
 
 func testRedissonInterop(t *testing.T, name string) {
 	r := testenvRedis(t)
-	c := newClient(t, r)
-	c.cfg.recheck = time.Minute // wake-ups must come from messages
+	c := newClient(t, r, withRecheck(time.Minute)) // wake-ups must come from messages
 	ctx := ctxT(t)
 	rdb := rdbFor(t, r)
 	// Redisson's prefixName: braces only around names without a '{'.

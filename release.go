@@ -5,108 +5,163 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-func (m *Mutex) release(ctx context.Context, all bool) (err error) {
-	if len(m.c.cfg.observers) > 0 {
-		finish := m.c.observeRelease(ctx, m.kind, m.name)
-		var final bool
-		var held time.Duration
+// releaseDetached releases one count of h (all of them with all) on a
+// goroutine of its own, bounded by the cleanup timeout, so that the release is
+// sent even when ctx is already done. It returns the release's outcome, or,
+// once ctx is done, an error wrapping ctx's cause while the release goes on.
+func (c *Client) releaseDetached(ctx context.Context, h *hold, all bool) error {
+	if ctx.Done() == nil {
+		return h.release(ctx, all)
+	}
+	out := make(chan error, 1)
+	c.detach(func(dctx context.Context) { out <- h.release(dctx, all) })
+	select {
+	case err := <-out:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-out:
+			return err
+		default:
+		}
+		if h.endedByRelease() {
+			// ctx is the hold's own context, cancelled by this very
+			// release as it completed: its outcome is on its way.
+			return <-out
+		}
+		return &pendingRelease{name: h.name, cause: context.Cause(ctx)}
+	}
+}
+
+// pendingRelease is Unlock's answer when its ctx ended before the release
+// was confirmed; the release goes on in the background.
+type pendingRelease struct {
+	name  string
+	cause error
+}
+
+func (e *pendingRelease) Error() string {
+	return fmt.Sprintf("dlock: the release of %q goes on in the background: %v", e.name, e.cause)
+}
+
+func (e *pendingRelease) Unwrap() error { return e.cause }
+
+// release undoes one hold count (all of them with all) and, at zero, ends
+// the hold and frees the handle. On any error from the final release the
+// hold is finished all the same: the lock expires by its TTL at the latest.
+func (h *hold) release(ctx context.Context, all bool) (err error) {
+	c := h.c
+	if err := h.serialize(ctx); err != nil {
+		return err
+	}
+	defer h.unserialize()
+	h.mu.Lock()
+	count, finished, lost := h.count, h.finished, h.err
+	h.mu.Unlock()
+	if finished && lost != nil {
+		return lost // an outer count of a hold already found lost
+	}
+	if finished || count == 0 {
+		return ErrNotHeld
+	}
+	if c.closed.Load() && !all {
+		return ErrClosed
+	}
+	final := count == 1 || all
+	if len(c.cfg.observers) > 0 {
+		finish := c.observeRelease(ctx, h.p.kind(), h.name)
+		held := time.Since(h.start)
 		defer func() {
 			if errors.Is(err, ErrNotHeld) || err == ErrClosed {
 				final, held = false, 0 // nothing was released
 			}
-			finish(Release{Kind: m.kind, Name: m.name, Final: final, Held: held, Err: err})
+			if !final {
+				held = 0
+			}
+			finish(Release{Kind: h.p.kind(), Name: h.name, Final: final, Held: held, Err: err})
 		}()
-		m.mu.Lock()
-		if m.h != nil {
-			final, held = m.count == 1 || all, time.Since(m.h.start)
-		}
-		m.mu.Unlock()
 	}
-	if m.c.closed.Load() && !all {
-		return ErrClosed
+	h.mu.Lock()
+	renewing := final && h.renewing
+	h.mu.Unlock()
+	if renewing {
+		c.renewer.Remove(&h.renewal) // no renewal may race the release
 	}
-	m.mu.Lock()
-	count, h := m.count, m.h
-	m.mu.Unlock()
-	if count == 0 || h == nil {
-		return ErrNotHeld
-	}
-	final := count == 1 || all
-	if final && h.entry != nil {
-		m.c.renewer.Remove(h.entry) // no renewal may race the release
-	}
-	var allFlag any = "0"
-	if all {
-		allFlag = "1"
-	}
-	a := &m.c.args
-	var cmd *redis.Cmd
-	if m.side != 0 {
-		cmd = scriptRWUnlock.run(ctx, m.c.rdb, m.keyArgs,
-			m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, allFlag, m.sideA)
-	} else {
-		cmd = scriptRelease.run(ctx, m.c.rdb, m.keyArgs,
-			m.fieldA, count, m.c.nextRequest(), a.latchTTLMs, a.claimMs, a.fenceTTLMs, allFlag)
-	}
-	r, err := readSmall(cmd)
-	if err == nil && (r.n == 0 || r.v[0] == 1 && r.n != 2) {
+	r, err := readReply(h.p.release(ctx, h, count, all))
+	if err == nil && (r.n != 2 || r.v[0] != 0 && r.v[0] != 1) {
 		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
 	}
-	v := r.v
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case err != nil && !final:
 		return err
 	case err != nil:
-		m.count, m.h = 0, nil
-		h.end(fmt.Errorf("%w: release failed: %w", ErrLockLost, err), nil)
+		h.end(lossError(h.name, ErrUnconfirmed, err), nil)
+		h.finish()
 		return err
-	case v[0] == 0:
-		m.count, m.h = 0, nil
-		lostErr := h.lostErr()
-		h.lose(fmt.Errorf("%w: not held at release", ErrLockLost))
-		if lostErr == nil {
-			lostErr = h.lostErr()
+	case r.v[0] == 0:
+		// The field is gone. Owner fields are never reused, so while the
+		// hold was still certain, only our own earlier release (resent by
+		// go-redis after a lost reply) can have removed it.
+		h.mu.Lock()
+		resent := r.v[1] == goneCode && h.err == nil && time.Now().Before(h.validUntil)
+		h.mu.Unlock()
+		if resent {
+			h.end(nil, nil)
+			h.finish()
+			return nil
 		}
-		return lostErr
+		h.lose(lossError(h.name, goneReason(r.v[1]), nil))
+		h.finish()
+		return h.lostErr()
 	}
-	m.count = int(v[1])
-	if m.count > 0 {
-		if final && h.entry != nil && h.lostErr() == nil {
-			// Redis had more holds than the handle knew (a re-entry whose
-			// reply was lost): the hold goes on, so must its renewal.
-			m.c.renewer.Add(h.entry, m.c.cfg.watchdog/3)
+	remaining := int(r.v[1])
+	h.mu.Lock()
+	h.count = remaining
+	lost = h.err
+	h.mu.Unlock()
+	if remaining > 0 {
+		if renewing && lost == nil {
+			// Redis had more holds than we knew (a re-entry whose reply was
+			// lost): the hold goes on, so must its renewal.
+			h.mu.Lock()
+			h.renewing = true
+			h.mu.Unlock()
+			c.renewer.Add(&h.renewal, time.Now())
 		}
 		return nil
 	}
-	m.h = nil
-	lostErr := h.lostErr()
 	h.end(nil, nil)
-	return lostErr
+	h.finish()
+	return lost
 }
 
-// closeRelease is Close's release of a hold the client still has.
-func (m *Mutex) closeRelease(ctx context.Context) error {
-	if err := m.enter(ctx); err != nil {
-		return err
-	}
-	defer m.exit()
-	// The holder learns first that its hold ends (its WithLock context is
-	// cancelled, Done closes), then the lock is released for others.
-	m.mu.Lock()
-	h := m.h
-	m.mu.Unlock()
-	if h != nil {
-		h.lose(errClosedHold)
-	}
-	err := m.release(ctx, true)
-	if errors.Is(err, ErrNotHeld) || err == errClosedHold {
+// releaseAll is Close's release of a hold it has already told of the loss.
+func (h *hold) releaseAll(ctx context.Context) error {
+	err := h.release(ctx, true)
+	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		return nil
 	}
 	return err
+}
+
+// finish frees the handle after the final release, whatever its outcome.
+func (h *hold) finish() {
+	h.mu.Lock()
+	if h.finished {
+		h.mu.Unlock()
+		return
+	}
+	h.finished, h.count = true, 0
+	h.mu.Unlock()
+	h.handle.vacate(h)
+}
+
+// endedByRelease reports whether the hold ended by a release rather than a
+// loss.
+func (h *hold) endedByRelease() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended && h.err == nil
 }

@@ -40,34 +40,41 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 }
 
 // confirmReplicas waits until the configured number of replicas have the
-// hold just granted, or returns an error wrapping ErrNotReplicated.
-func (m *Mutex) confirmReplicas(ctx context.Context) error {
-	cfg := &m.c.cfg
-	// WAIT counts the writes of its own connection: the touch and the WAIT
-	// must share one, on the node that owns the key.
-	var node redis.Cmdable = m.c.rdb
-	if cc, ok := m.c.rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, m.ks.Lock)
-		if err != nil {
-			return err
+// hold just granted, or returns an error wrapping ErrNotReplicated. It
+// returns as soon as ctx is done.
+func (h *hold) confirmReplicas(ctx context.Context) error {
+	c := h.c
+	cfg := &c.cfg
+	ok, _, err := roundTrip(c, ctx, func(ctx context.Context) (error, error) {
+		// WAIT counts the writes of its own connection: the touch and the
+		// WAIT must share one, on the node that owns the key.
+		var node redis.Cmdable = c.rdb
+		if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+			n, err := cc.MasterForKey(ctx, h.ks.Lock)
+			if err != nil {
+				return nil, err
+			}
+			node = n
 		}
-		node = n
-	}
-	var touched *redis.Cmd
-	var acks *redis.Cmd
-	_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-		touched = p.Eval(ctx, scriptTouch.src.(string), []string{m.ks.Lock})
-		acks = p.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
-		return nil
-	})
+		var touched, acks *redis.Cmd
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			touched = p.Eval(ctx, scriptTouch.src.(string), []string{h.ks.Lock})
+			acks = p.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if v, _ := touched.Int64(); v != 1 {
+			return fmt.Errorf("%w: the lock was gone before it could be confirmed", ErrNotReplicated), nil
+		}
+		if got, _ := acks.Int64(); got < int64(cfg.replicas) {
+			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, cfg.replicas, cfg.replicaTimeout), nil
+		}
+		return nil, nil
+	}, nil)
 	if err != nil {
 		return err
 	}
-	if v, _ := touched.Int64(); v != 1 {
-		return fmt.Errorf("%w: the lock was gone before it could be confirmed", ErrNotReplicated)
-	}
-	if got, _ := acks.Int64(); got < int64(cfg.replicas) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, cfg.replicas, cfg.replicaTimeout)
-	}
-	return nil
+	return ok
 }

@@ -2,27 +2,31 @@ package dlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 )
 
 // RWMutex is a handle on a distributed read-write lock, Redisson's
-// RReadWriteLock: many readers, or one writer. The handle is one owner with a
-// read side (RLock, TryRLock, RUnlock, or RLocker) and a write side (Lock,
-// TryLock, Unlock); both sides are reentrant and count their holds, with the
-// wait and lease semantics of Mutex, watchdog renewal of both sides, loss
-// signals and a fresh fencing token on every grant of either side (read
-// grants draw from the same counter, so a reader's token is above every
-// earlier writer's).
+// RReadWriteLock: many readers, or one writer. It has a read side (RLock,
+// TryRLock, RUnlock, or RLocker) and a write side (Lock, TryLock, Unlock),
+// with the wait and lease semantics of Mutex, watchdog renewal of both
+// sides, loss signals and a fresh fencing token on every grant of either
+// side (read grants draw from the same counter, so a reader's token is above
+// every earlier writer's).
+//
+// Like sync.RWMutex, one handle shared by goroutines admits one writer at a
+// time, or any number of readers. Both sides are reentrant along the call
+// chain, as Mutex is: a call whose ctx carries a hold of the name re-enters
+// it (WriteContext and ReadContext return such a context; so does WithLock).
 //
 // # Rules
 //
 //   - Readers share the lock; a writer excludes readers and other writers.
-//   - Downgrade: the writer may also take the read side; after its final
-//     write Unlock it keeps the read holds and other readers may join.
-//   - Upgrade: Lock or TryLock on a handle that holds only the read side
-//     returns ErrUpgrade at once, without a network call. It never waits: two
-//     readers upgrading would wait for each other forever.
+//   - Downgrade: a read lock call whose ctx carries the write hold takes the
+//     read side as the same owner; after its final write Unlock it keeps the
+//     read holds and other readers may join.
+//   - Upgrade: a write lock call whose ctx carries only a read hold of the
+//     name returns ErrUpgrade at once, without a network call. It never
+//     waits: two readers upgrading would wait for each other forever.
 //   - Writers are not starved: while a writer waits, no new read hold is
 //     granted (re-entries of existing read holds and the writer's own
 //     downgrade still are). A writer therefore waits only for the read holds
@@ -47,8 +51,8 @@ import (
 // # Redis layout, and where it differs from Redisson's
 //
 // The key is the name itself, a hash as Redisson keeps it: "mode" is "read"
-// or "write", the field "<client id>:<owner id>" counts the owner's read
-// holds and "<client id>:<owner id>:write" the writer's write holds; the
+// or "write", the field "<client id>:<n>" counts the owner's read holds and
+// "<client id>:<n>:write" the writer's write holds; the
 // hash's TTL covers the longest hold. Redisson gives each read hold a key
 // {name}:<owner>:rwlock_timeout:<n> and its watchdog renews every reader's
 // keys together, so one live reader keeps a crashed reader's share alive.
@@ -57,43 +61,22 @@ import (
 // drops expired readers from the hash on every script call. Waiting writers
 // are kept in the sorted set dlock:wwait:{name} (Redisson has no such
 // promise). dlock:fence:{name} holds the last fencing token and
-// dlock:latch:{name}:<owner> an owner's last final release (30s), as for
-// Mutex. A Redisson writer and dlock readers exclude each other through the
+// dlock:forced:{name} the owners ForceUnlock evicted, as for Mutex. A Redisson writer and dlock readers exclude each other through the
 // mode field; mixing Redisson and dlock readers on one name is not supported
 // (Redisson's readers carry no dlock deadline).
 //
-// An RWMutex is safe for concurrent use; lock operations on one handle (both
-// sides) are serialized, as on Mutex.
+// An RWMutex is safe for concurrent use.
 type RWMutex struct {
 	name string
-	w, r Mutex
+	w, r handle
 }
 
-// RWMutex returns a handle on the read-write lock name. Each call returns a
-// new owner; an invalid name is reported by the first method call.
+// RWMutex returns a handle on the read-write lock name. An invalid name is
+// reported by the first method call.
 func (c *Client) RWMutex(name string) *RWMutex {
 	rw := &RWMutex{name: name}
-	rw.w.init(c, name, KindWrite)
-	rw.r.init(c, name, KindRead)
-	if rw.w.nameErr != nil {
-		return rw
-	}
-	owner := c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
-	keyArgs := []any{rw.w.ks.Lock, rw.w.ks.Fence, rw.w.ks.Readers, rw.w.ks.Writers, rw.w.ks.Latch + ":" + owner}
-	for _, s := range []struct {
-		m     *Mutex
-		side  byte
-		field string
-	}{{&rw.w, 'w', owner + ":write"}, {&rw.r, 'r', owner}} {
-		m := s.m
-		m.side, m.sideA = s.side, string(s.side)
-		m.field, m.fieldA, m.ownerA = s.field, s.field, owner
-		m.keyArgs = keyArgs
-		m.channel = m.ks.RWChannel
-		m.renewField = renewField(s.side, s.field, m.ks.Readers)
-	}
-	rw.r.gate = rw.w.gate
-	rw.w.peer, rw.r.peer = &rw.r, &rw.w
+	rw.w.init(c, name, writeProtocol{})
+	rw.r.init(c, name, readProtocol{})
 	return rw
 }
 
@@ -101,48 +84,68 @@ func (c *Client) RWMutex(name string) *RWMutex {
 func (rw *RWMutex) Name() string { return rw.name }
 
 // Lock takes the write side in watchdog mode, waiting until it is free or ctx
-// is done. See Mutex.Lock; it returns ErrUpgrade when the handle holds only
-// the read side.
-func (rw *RWMutex) Lock(ctx context.Context) error { return rw.w.Lock(ctx) }
+// is done. See Mutex.Lock; it returns ErrUpgrade when ctx carries only a read
+// hold of the name.
+func (rw *RWMutex) Lock(ctx context.Context) error {
+	_, err := rw.w.lock(ctx, lockRequest{forever: true})
+	return err
+}
 
 // TryLock tries to take the write side, waiting up to wait; see
-// Mutex.TryLock. It returns ErrUpgrade when the handle holds only the read
-// side.
+// Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	return rw.w.TryLock(ctx, wait, lease)
+	h, err := rw.w.lock(ctx, lockRequest{wait: wait, lease: lease})
+	return h != nil, err
+}
+
+// WriteContext is TryLock returning the write hold's context; see
+// Mutex.TryLockContext.
+func (rw *RWMutex) WriteContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
+	return lockContext(ctx, &rw.w, lockRequest{wait: wait, lease: lease})
 }
 
 // Unlock releases one write hold; see Mutex.Unlock.
-func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.Unlock(ctx) }
+func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.unlock(ctx) }
 
 // RLock takes the read side in watchdog mode, waiting while a writer holds
 // the lock or waits for it.
-func (rw *RWMutex) RLock(ctx context.Context) error { return rw.r.Lock(ctx) }
+func (rw *RWMutex) RLock(ctx context.Context) error {
+	_, err := rw.r.lock(ctx, lockRequest{forever: true})
+	return err
+}
 
 // TryRLock tries to take the read side, waiting up to wait; wait and lease
 // mean what they mean for Mutex.TryLock.
 func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	return rw.r.TryLock(ctx, wait, lease)
+	h, err := rw.r.lock(ctx, lockRequest{wait: wait, lease: lease})
+	return h != nil, err
 }
 
-// RUnlock releases one read hold; see Mutex.Unlock.
-func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
+// ReadContext is TryRLock returning the read hold's context; see
+// Mutex.TryLockContext.
+func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
+	return lockContext(ctx, &rw.r, lockRequest{wait: wait, lease: lease})
+}
+
+// RUnlock releases one read hold: of the read hold ctx carries, or else of
+// the handle's most recent one; see Mutex.Unlock.
+func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.
-func (rw *RWMutex) Token() uint64 { return rw.w.Token() }
+func (rw *RWMutex) Token() uint64 { return rw.w.token() }
 
-// RToken returns the fencing token of the current read hold, or 0.
-func (rw *RWMutex) RToken() uint64 { return rw.r.Token() }
+// RToken returns the fencing token of the most recent read hold, or 0.
+func (rw *RWMutex) RToken() uint64 { return rw.r.token() }
 
 // Done is closed when the current write hold ends; see Mutex.Done.
-func (rw *RWMutex) Done() <-chan struct{} { return rw.w.Done() }
+func (rw *RWMutex) Done() <-chan struct{} { return rw.w.doneCh() }
 
-// Err returns why the current write hold was lost; see Mutex.Err.
-func (rw *RWMutex) Err() error { return rw.w.Err() }
+// Err returns why the current or last write hold was lost; see Mutex.Err.
+func (rw *RWMutex) Err() error { return rw.w.err() }
 
-// RLocker returns the read side as a Locker: its TryLock, Lock and Unlock
-// are TryRLock, RLock and RUnlock of this handle (the same owner).
-func (rw *RWMutex) RLocker() Locker { return &readLocker{rw} }
+// RLocker returns the read side as a Member (and so a Locker): its TryLock,
+// Lock and Unlock are TryRLock, RLock and RUnlock of this handle.
+func (rw *RWMutex) RLocker() Member { return &readLocker{rw} }
 
 type readLocker struct{ rw *RWMutex }
 
@@ -155,16 +158,11 @@ func (l *readLocker) TryLock(ctx context.Context, wait, lease time.Duration) (bo
 func (l *readLocker) Lock(ctx context.Context) error   { return l.rw.RLock(ctx) }
 func (l *readLocker) Unlock(ctx context.Context) error { return l.rw.RUnlock(ctx) }
 
-// Token returns the fencing token of the current read hold, or 0.
+// Token returns the fencing token of the most recent read hold, or 0.
 func (l *readLocker) Token() uint64 { return l.rw.RToken() }
 
-// Done is closed when the current read hold ends.
-func (l *readLocker) Done() <-chan struct{} { return l.rw.r.Done() }
+// Done is closed when the most recent read hold ends.
+func (l *readLocker) Done() <-chan struct{} { return l.rw.r.doneCh() }
 
-// Err returns why the current read hold was lost.
-func (l *readLocker) Err() error { return l.rw.r.Err() }
-
-var (
-	_ Locker = (*RWMutex)(nil)
-	_ Locker = (*readLocker)(nil)
-)
+// Err returns why the most recent read hold was lost.
+func (l *readLocker) Err() error { return l.rw.r.err() }

@@ -29,7 +29,7 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 	}
 	rdb := rdbFor(t, r)
 	h, _ := rdb.HGetAll(ctx, "rw:share").Result()
-	if h["mode"] != "read" || h[r1.r.field] != "1" || h[r2.r.field] != "1" || len(h) != 3 {
+	if h["mode"] != "read" || h[r1.r.field()] != "1" || h[r2.r.field()] != "1" || len(h) != 3 {
 		t.Fatalf("hash while read-held = %v", h)
 	}
 	if err := r1.RUnlock(ctx); err != nil {
@@ -42,7 +42,7 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 		t.Fatalf("writer on a free lock: %v, %v", ok, err)
 	}
 	h, _ = rdb.HGetAll(ctx, "rw:share").Result()
-	if h["mode"] != "write" || h[w.w.field] != "1" || len(h) != 2 {
+	if h["mode"] != "write" || h[w.w.field()] != "1" || len(h) != 2 {
 		t.Fatalf("hash while write-held = %v (Redisson's layout: mode, <owner>:write)", h)
 	}
 	if w.Token() <= r2.RToken() {
@@ -67,14 +67,19 @@ func TestRWDowngradeAndUpgrade(t *testing.T) {
 	c, other := newClient(t, r), newClient(t, r)
 	ctx := ctxT(t)
 	rw := c.RWMutex("rw:grade")
-	if err := rw.Lock(ctx); err != nil {
+	wctx, err := rw.WriteContext(ctx, time.Second, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rw.RLock(ctx); err != nil { // downgrade: the writer reads too
+	rctx, err := rw.ReadContext(wctx, 0, 0) // downgrade: the writer reads too
+	if err != nil {
 		t.Fatalf("downgrade RLock: %v", err)
 	}
-	if err := rw.Unlock(ctx); err != nil {
+	if err := rw.Unlock(wctx); err != nil {
 		t.Fatal(err)
+	}
+	if rctx.Err() != nil {
+		t.Fatalf("the read hold's context ended with the write hold: %v", context.Cause(rctx))
 	}
 	// Now a plain reader: others may read, nobody may write.
 	o := other.RWMutex("rw:grade")
@@ -89,10 +94,10 @@ func TestRWDowngradeAndUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if ok, err := rw.TryLock(ctx, 10*time.Second, 0); ok || !errors.Is(err, ErrUpgrade) {
+	if ok, err := rw.TryLock(rctx, 10*time.Second, 0); ok || !errors.Is(err, ErrUpgrade) {
 		t.Fatalf("upgrade TryLock = %v, %v; want ErrUpgrade", ok, err)
 	}
-	if err := rw.Lock(ctx); !errors.Is(err, ErrUpgrade) {
+	if err := rw.Lock(rctx); !errors.Is(err, ErrUpgrade) {
 		t.Fatalf("upgrade Lock = %v; want ErrUpgrade", err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
@@ -132,16 +137,16 @@ func TestRWCrashedReaderExpiresAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(900 * time.Millisecond) // three watchdog timeouts, past the crashed lease
-	wc := newClient(t, r)
+	wc := newClient(t, r, withRecheck(time.Minute))
 	if ok, err := wc.RWMutex("rw:crash").TryLock(ctx, 0, 0); ok || err != nil {
 		t.Fatalf("writer while the live reader holds: %v, %v", ok, err)
 	}
 	h, _ := rdb.HGetAll(ctx, "rw:crash").Result()
-	if _, ok := h[cr.r.field]; ok {
+	if _, ok := h[cr.r.field()]; ok {
 		t.Fatalf("the crashed reader's share outlived its deadline: %v", h)
 	}
-	if h[lr.r.field] != "1" || lr.r.Err() != nil {
-		t.Fatalf("the live reader's share was cut: %v, %v", h, lr.r.Err())
+	if h[lr.r.field()] != "1" || lr.r.err() != nil {
+		t.Fatalf("the live reader's share was cut: %v, %v", h, lr.r.err())
 	}
 	if err := lr.RUnlock(ctx); err != nil {
 		t.Fatal(err)
@@ -155,7 +160,6 @@ func TestRWCrashedReaderExpiresAlone(t *testing.T) {
 	if ok, err := crashed.RWMutex("rw:crash").TryRLock(ctx, 0, 300*time.Millisecond); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	wc.cfg.recheck = time.Minute
 	start := time.Now()
 	w := wc.RWMutex("rw:crash")
 	if err := w.Lock(ctx); err != nil {
@@ -187,8 +191,8 @@ func TestRWWatchdogCoversBothSides(t *testing.T) {
 			t.Fatalf("%s expired under the watchdog", name)
 		}
 	}
-	if rd.r.Err() != nil || wr.Err() != nil {
-		t.Fatalf("holds lost: %v, %v", rd.r.Err(), wr.Err())
+	if rd.r.err() != nil || wr.Err() != nil {
+		t.Fatalf("holds lost: %v, %v", rd.r.err(), wr.Err())
 	}
 	if err := rd.RUnlock(ctx); err != nil {
 		t.Fatal(err)
@@ -207,8 +211,7 @@ func TestRWWakeups(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
 	holder := newClient(t, r)
-	c := newClient(t, r)
-	c.cfg.recheck = time.Minute
+	c := newClient(t, r, withRecheck(time.Minute))
 	w := holder.RWMutex("rw:wake")
 	if err := w.Lock(ctx); err != nil {
 		t.Fatal(err)
@@ -233,8 +236,7 @@ func TestRWWakeups(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("readers woke %v after the write release", d)
 	}
-	wc := newClient(t, r)
-	wc.cfg.recheck = time.Minute
+	wc := newClient(t, r, withRecheck(time.Minute))
 	writer := wc.RWMutex("rw:wake")
 	wgot := make(chan error, 1)
 	go func() { wgot <- writer.Lock(ctx) }()
@@ -314,8 +316,7 @@ func TestRWWriterNotStarved(t *testing.T) {
 func TestRWWriterLeaves(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
-	a, b := newClient(t, r), newClient(t, r)
-	b.cfg.recheck = time.Minute
+	a, b := newClient(t, r, withRecheck(time.Minute)), newClient(t, r)
 	r1 := a.RWMutex("rw:leave")
 	if err := r1.RLock(ctx); err != nil {
 		t.Fatal(err)
@@ -378,10 +379,11 @@ func TestRWClose(t *testing.T) {
 	if err := rd.RLock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := wr.Lock(ctx); err != nil {
+	wctx, err := wr.WriteContext(ctx, time.Second, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wr.RLock(ctx); err != nil {
+	if err := wr.RLock(wctx); err != nil { // downgrade
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil {
@@ -396,8 +398,7 @@ func TestRWClose(t *testing.T) {
 // at once, not at their next re-check.
 func TestForceUnlockWakesRWWaiters(t *testing.T) {
 	r := testenvRedis(t)
-	a, b := newClient(t, r), newClient(t, r)
-	b.cfg.recheck = time.Minute
+	a, b := newClient(t, r, withRecheck(time.Minute)), newClient(t, r)
 	ctx := ctxT(t)
 	if err := a.RWMutex("force-rw").Lock(ctx); err != nil {
 		t.Fatal(err)

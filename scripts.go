@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,7 +39,7 @@ var (
 	scriptRelease = newScript(luaLib + luaRelease)
 	scriptLeave   = newScript(luaLib + luaLeave)
 	scriptForce   = newScript(luaLib + luaForce)
-	scriptRenew   = newScript(luaRenew)
+	scriptRenew   = newScript(luaLib + luaRenew)
 
 	// Read-write lock scripts: lib.lua, then rwlib.lua, then the script.
 	scriptRWLock   = newScript(luaLib + luaRWLib + luaRWLock)
@@ -84,32 +83,4 @@ func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any,
 		_ = rdb.Process(ctx, cmd)
 	}
 	return cmd
-}
-
-// smallReply is a script's reply of at most three integers, read without
-// allocating.
-type smallReply struct {
-	n int
-	v [3]int64
-}
-
-func readSmall(cmd *redis.Cmd) (smallReply, error) {
-	var r smallReply
-	v, err := cmd.Result()
-	if err != nil {
-		return r, err
-	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) > len(r.v) {
-		return r, fmt.Errorf("dlock: unexpected script reply %v", v)
-	}
-	for i, x := range arr {
-		n, ok := x.(int64)
-		if !ok {
-			return r, fmt.Errorf("dlock: unexpected script reply %v", v)
-		}
-		r.v[i] = n
-	}
-	r.n = len(arr)
-	return r, nil
 }

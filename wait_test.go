@@ -81,10 +81,12 @@ func TestWaitersShareOneConnection(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// Cancelled waiters leave in the background, each by one script call.
 	for i := range names {
-		if n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result(); n != 0 {
-			t.Errorf("%d cancelled waiters still queued on %s", n, held[i].Name())
-		}
+		waitFor(t, "the cancelled waiters to leave "+held[i].Name(), func() bool {
+			n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result()
+			return n == 0
+		})
 		mustUnlock(t, held[i])
 	}
 	// After the linger, the lock channels are unsubscribed.
@@ -202,8 +204,7 @@ func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
 func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 	r := testenvRedis(t)
 	holderC := newClient(t, r)
-	c := newClient(t, r)
-	c.cfg.recheck = time.Minute // only the resubscription can rescue the waiter
+	c := newClient(t, r, withRecheck(time.Minute)) // only the resubscription can rescue the waiter
 	ctx := ctxT(t)
 	h := holderC.Mutex("drop")
 	if ok, err := h.TryLock(ctx, 0, time.Minute); !ok || err != nil {
@@ -234,20 +235,18 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 func TestWaiterWithoutPubSub(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
-	if _, err := r.Do(ctx, "ACL", "SETUSER", "nopubsub", "on", "nopass", "~*", "+@all", "-@pubsub"); err != nil {
+	if _, err := r.Do(ctx, "ACL", "SETUSER", "nopubsub", "on", ">pw", "~*", "+@all", "-@pubsub"); err != nil {
 		t.Fatal(err)
 	}
 	holder := newClient(t, r)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "nopubsub",
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "nopubsub", Password: "pw",
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { rdb.Close() })
-	c, err := New(rdb)
+	c, err := New(rdb, withRecheck(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.cfg.recheck = 200 * time.Millisecond
-	c.hub.ReadyTimeout = 200 * time.Millisecond
 	h := holder.Mutex("no-pubsub")
 	mustLock(t, h)
 	w := c.Mutex("no-pubsub")

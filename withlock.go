@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -97,13 +98,22 @@ func LeaseTime(d time.Duration) LockOption {
 
 // WithLock runs fn while holding the lock name, the everyday way to use dlock.
 // It takes a Mutex unless an option (Fair, Read, Write) chooses another kind.
-// It waits for the lock up to the wait time (default 10s) and returns
-// ErrWaitTimeout if it did not get it. fn runs with a context that is
-// cancelled, with cause ErrLockLost, if the hold is lost (and when the
-// caller's ctx is). The lock is always released when fn returns, even if ctx
-// is already cancelled then; WithLock returns fn's error untouched, or, when
-// fn returned nil, the release's error (which wraps ErrLockLost if the hold
-// was lost meanwhile). It is safe for concurrent use.
+// It waits for the lock up to the wait time (default 10s) and returns an
+// error wrapping ErrWaitTimeout if it did not get it, or ErrUnavailable if
+// Redis did not answer within it.
+//
+// fn runs with a context that carries the hold: it is cancelled, with a cause
+// wrapping ErrLockLost, if the hold is lost (and when ctx is done); lock calls
+// on the same name with it re-enter, so WithLock nests; TokenFrom and
+// GrantFrom read the hold's fencing token from it. The lock is always
+// released when fn returns or panics, even if ctx is already done then (the
+// release is detached, bounded by the cleanup timeout).
+//
+// WithLock returns fn's error untouched; when fn returned nil, it returns the
+// release's error, which wraps ErrLockLost if the hold was lost meanwhile (if
+// ctx is done before the release is confirmed, it returns the loss seen so
+// far, or nil). It returns within moments of ctx being done, whatever Redis
+// does. It is safe for concurrent use.
 func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
@@ -112,40 +122,37 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if err != nil {
 		return err
 	}
-	cfg := lockConfig{wait: set.Wait, lease: set.Lease, kind: set.Kind}
-	var m *Mutex
-	switch cfg.kind {
+	var hd handle
+	switch set.Kind {
 	case KindFair:
-		m = &c.FairMutex(name).Mutex
+		hd.init(c, name, protoFair)
 	case KindRead:
-		m = &c.RWMutex(name).r
+		hd.init(c, name, readProtocol{})
 	case KindWrite:
-		m = &c.RWMutex(name).w
+		hd.init(c, name, writeProtocol{})
 	default:
-		m = c.Mutex(name)
+		hd.init(c, name, protoMutex)
 	}
-	ok, err := m.TryLock(ctx, cfg.wait, cfg.lease)
+	h, err := hd.lock(ctx, lockRequest{wait: set.Wait, lease: set.Lease})
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, name, cfg.wait)
+	if h == nil {
+		return fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, name, set.Wait)
 	}
-	fctx, cancel := context.WithCancelCause(ContextWithGrant(ctx, Grant{Name: name, Token: m.Token(), Backend: BackendRedis}))
-	defer cancel(nil)
-	m.onHoldEnd(func(cause error) {
-		if cause != nil {
-			cancel(cause)
-		}
-	})
+	fctx, cancel := h.context(ctx)
+	defer cancel()
 	// Deferred, so that a panic in fn (which net/http, for one, recovers)
 	// does not leave the lock held and renewed.
 	defer func() {
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.closeBudget)
-		defer relCancel()
-		if relErr := m.Unlock(relCtx); err == nil {
-			err = relErr
+		relErr := c.releaseDetached(ctx, h, false)
+		if err != nil {
+			return
 		}
+		if pending := (*pendingRelease)(nil); errors.As(relErr, &pending) {
+			relErr = h.lostErr() // the release goes on; report what is known
+		}
+		err = relErr
 	}()
 	return fn(fctx)
 }

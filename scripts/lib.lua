@@ -5,7 +5,24 @@
 --   KEYS[2] the fencing counter   dlock:fence:{name}
 --   KEYS[3] the waiter queue      dlock:queue:{name}
 -- A queue entry is "<ticket> <ttl_ms> <owner field>"; the owner field is
--- "<client id>:<owner id>", and the client listens on dlock:client:<client id>.
+-- "<client id>:<owner id>", and the client listens on dlock:client:<client id>
+-- (keys.QueueEntry, keys.ClientChannelPrefix and keys.ParseHandoff on the Go
+-- side; a test checks that the literals here agree with them).
+
+-- Why an owner's field is missing from the lock hash, as renew and release
+-- report it (the Go side's goneCode constants):
+local GONE, FORCED, DATA_LOST = 0, 2, 3
+
+-- why_gone tells why field is not in the lock: FORCED when ForceUnlock took
+-- the lock from it (its name is in the forced set), DATA_LOST when the
+-- fencing counter is gone too (Redis lost its data: a restart without
+-- persistence, FLUSHALL, a failover that lost the writes), else GONE (it
+-- expired, or another owner has it).
+local function why_gone(fence, forced, field)
+  if redis.call('sismember', forced, field) == 1 then return FORCED end
+  if redis.call('exists', fence) == 0 then return DATA_LOST end
+  return GONE
+end
 
 -- issue_token starts a new fencing sequence in KEYS[2] from the server clock
 -- in microseconds, above any value left there. Starting from the clock keeps
@@ -32,6 +49,13 @@ local function next_token(fence_ttl)
     tok = issue_token(fence_ttl)
   end
   return tok
+end
+
+-- publish tells waiters on channel. A user whose ACL denies PUBLISH still
+-- locks and unlocks (its waiters then rely on re-checks), so a refusal is
+-- ignored rather than failing the script.
+local function publish(channel, msg)
+  redis.pcall('publish', channel, msg)
 end
 
 -- redisson_name is Redisson's prefixName: a name that already contains '{'
@@ -65,7 +89,7 @@ local function hand_off(claim_ms, fence_ttl, self)
       local tok = next_token(fence_ttl)
       -- %d, not tostring: Lua would print a large token as 1.7e+15.
       -- The TTL goes along: the waiter's client may use another claim window.
-      redis.call('publish', 'dlock:client:' .. cid,
+      publish('dlock:client:' .. cid,
         ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
       return 1
     end
@@ -78,6 +102,6 @@ end
 local function release_to_next(claim_ms, fence_ttl)
   if hand_off(claim_ms, fence_ttl, nil) == 0 then
     redis.call('del', KEYS[1])
-    redis.call('publish', redisson_name('redisson_lock__channel', KEYS[1]), '0')
+    publish(redisson_name('redisson_lock__channel', KEYS[1]), '0')
   end
 end

@@ -1,17 +1,18 @@
 -- renew: extend many held locks in one call (the watchdog's batch).
--- Per lock i: KEYS[2i-1] lock hash, KEYS[2i] its read-deadline set (or the
--- hash again), ARGV[i] owner field, ARGV[n+i] new ttl in ms, ARGV[2n+i] kind:
+-- Per lock i, four keys: KEYS[4i-3] lock hash, KEYS[4i-2] its read-deadline
+-- set (or the hash again), KEYS[4i-1] its fencing counter, KEYS[4i] its forced
+-- set; ARGV[i] owner field, ARGV[n+i] new ttl in ms, ARGV[2n+i] kind:
 --   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
 --   'w' a write hold: the TTL is extended, never shortened;
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
 --       hash lives at least that long; other readers' deadlines are untouched.
--- Returns a list with 1 where the owner still held the lock, 0 where it did
--- not. Every key is in the same Cluster slot.
+-- Returns a list with 1 where the owner still held the lock, and why_gone's
+-- code where it did not. Every key is in the same Cluster slot.
 local n = #ARGV / 3
 local out = {}
 local now
 for i = 1, n do
-  local k, z, f, ttl, kind = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
+  local k, z, f, ttl, kind = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
   if redis.call('hexists', k, f) == 1 then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
@@ -28,7 +29,7 @@ for i = 1, n do
     end
     out[i] = 1
   else
-    out[i] = 0
+    out[i] = why_gone(KEYS[4 * i - 1], KEYS[4 * i], f)
   end
 end
 return out

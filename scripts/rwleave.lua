@@ -4,7 +4,7 @@
 rw_purge(now_ms())
 if redis.call('zrem', KEYS[4], ARGV[1]) == 1 and redis.call('zcard', KEYS[4]) == 0
    and redis.call('hget', KEYS[1], 'mode') ~= 'write' then
-  redis.call('publish', rw_channel(), '1')
+  publish(rw_channel(), '1')
   return 1
 end
 return 0

@@ -7,7 +7,7 @@
 --   KEYS[2] the fencing counter          dlock:fence:{name}
 --   KEYS[3] read-hold deadlines          dlock:readers:{name}  (zset: owner -> server ms)
 --   KEYS[4] writers waiting              dlock:wwait:{name}    (zset: owner -> server ms)
---   KEYS[5] this owner's release latch   dlock:latch:{name}:<owner>
+--   KEYS[5] owners ForceUnlock evicted   dlock:forced:{name}
 -- Deadlines are by the server's clock (TIME), never a client's.
 
 local function now_ms()

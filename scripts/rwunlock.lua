@@ -1,37 +1,33 @@
 -- rwunlock: undo one hold of either side of a read-write lock, or all of them.
 -- ARGV[1] the field: the owner for the read side, '<owner>:write' for the write side
 -- ARGV[2] the hold count the caller believes it has
--- ARGV[3] request number of this call
--- ARGV[4] latch ttl in ms
--- ARGV[5] '1' to drop every hold of this side at once
--- ARGV[6] 'r' or 'w': the side
--- Returns {1, remaining count} or {0} when the caller holds nothing.
+-- ARGV[3] '1' to drop every hold of this side at once
+-- ARGV[4] 'r' or 'w': the side
+-- Returns {1, remaining count}, or {0, why} when the caller holds nothing
+-- (why_gone's code; a resent final release finds GONE, see release.lua).
 --
 -- The last reader out publishes '0' (Redisson's unlock message: one waiter,
 -- a writer first, may go on); a writer's final release publishes '1'
 -- (Redisson's read-unlock message: every waiter may go on).
 local now = now_ms()
 rw_purge(now)
-local req = ARGV[6] .. ARGV[3]
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
 local expected = tonumber(ARGV[2])
 if not cnt then
-  if redis.call('get', KEYS[5]) == req then return {1, 0} end
-  return {0}
+  return {0, why_gone(KEYS[2], KEYS[5], ARGV[1])}
 end
 cnt = tonumber(cnt)
-if ARGV[5] ~= '1' then
+if ARGV[3] ~= '1' then
   -- A resent 2 -> 1 finds count 1, which must not read as a final release.
   if expected > 1 and cnt == expected - 1 then return {1, cnt} end
   if cnt > 1 then return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
 end
-redis.call('set', KEYS[5], req, 'PX', ARGV[4])
 redis.call('hdel', KEYS[1], ARGV[1])
-if ARGV[6] == 'r' then
+if ARGV[4] == 'r' then
   redis.call('zrem', KEYS[3], ARGV[1])
   if redis.call('hlen', KEYS[1]) <= 1 then
     redis.call('del', KEYS[1])
-    redis.call('publish', rw_channel(), '0')
+    publish(rw_channel(), '0')
   else
     rw_shrink(now)
   end
@@ -44,5 +40,5 @@ else
   redis.call('hset', KEYS[1], 'mode', 'read')
   rw_shrink(now)
 end
-redis.call('publish', rw_channel(), '1')
+publish(rw_channel(), '1')
 return {1, 0}

@@ -12,6 +12,7 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -80,7 +81,7 @@ type Set struct {
 	Channel string // Redisson's release channel
 	Fence   string // last fencing token issued for the name
 	Queue   string // registered waiters, for direct hand-off
-	Latch   string // request id of the last final release, for idempotent retries
+	Forced  string // owner fields ForceUnlock took the lock from, so their holders learn why
 
 	// Read-write locks only.
 	RWChannel string // Redisson's RReadWriteLock channel
@@ -95,7 +96,7 @@ func For(name string) Set {
 		Channel: redissonName("redisson_lock__channel", name),
 		Fence:   Companion("dlock:fence", name),
 		Queue:   Companion("dlock:queue", name),
-		Latch:   Companion("dlock:latch", name),
+		Forced:  Companion("dlock:forced", name),
 
 		RWChannel: redissonName("redisson_rwlock", name),
 		Readers:   Companion("dlock:readers", name),
@@ -114,4 +115,46 @@ func redissonName(prefix, name string) string {
 
 // ClientChannel is the channel on which the client with the given id receives
 // direct hand-offs.
-func ClientChannel(clientID string) string { return "dlock:client:" + clientID }
+func ClientChannel(clientID string) string { return ClientChannelPrefix + clientID }
+
+// ClientChannelPrefix starts every client channel; the scripts (lib.lua)
+// build the channel from it and the client id in a queue entry's owner.
+const ClientChannelPrefix = "dlock:client:"
+
+// QueueEntry is a waiter's entry in a lock's queue, "<ticket> <ttl ms>
+// <owner field>": the ticket its client's hub knows it by, the TTL it asked
+// for, and its owner field ("<client id>:<n>", which names the client
+// channel to tell). lib.lua's hand_off reads this format.
+func QueueEntry(ticket uint64, ttlMs int64, field string) string {
+	return strconv.FormatUint(ticket, 10) + " " + strconv.FormatInt(ttlMs, 10) + " " + field
+}
+
+// ParseQueueEntry reverses QueueEntry.
+func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok bool) {
+	parts := strings.SplitN(e, " ", 3)
+	if len(parts) != 3 || parts[2] == "" {
+		return 0, 0, "", false
+	}
+	t, err1 := strconv.ParseUint(parts[0], 10, 64)
+	ttl, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, "", false
+	}
+	return t, ttl, parts[2], true
+}
+
+// ParseHandoff reads a hand-off message, "<ticket> <token> <ttl ms>", which
+// lib.lua's hand_off publishes on the new holder's client channel.
+func ParseHandoff(msg string) (ticket, token uint64, ttlMs int64, ok bool) {
+	f := strings.Fields(msg)
+	if len(f) != 3 {
+		return 0, 0, 0, false
+	}
+	t, err1 := strconv.ParseUint(f[0], 10, 64)
+	tok, err2 := strconv.ParseUint(f[1], 10, 64)
+	ttl, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, 0, false
+	}
+	return t, tok, ttl, true
+}

@@ -34,7 +34,7 @@ func TestCompanionSharesSlot(t *testing.T) {
 			t.Fatalf("Validate(%q): %v", name, err)
 		}
 		s := For(name)
-		for _, k := range []string{s.Fence, s.Queue, s.Latch} {
+		for _, k := range []string{s.Fence, s.Queue, s.Forced} {
 			if Slot(k) != Slot(s.Lock) {
 				t.Errorf("%q: companion %q in slot %d, lock in slot %d", name, k, Slot(k), Slot(s.Lock))
 			}
@@ -59,12 +59,12 @@ func FuzzCompanion(f *testing.F) {
 			return
 		}
 		s := For(name)
-		for _, k := range []string{s.Fence, s.Queue, s.Latch} {
+		for _, k := range []string{s.Fence, s.Queue, s.Forced} {
 			if Slot(k) != Slot(s.Lock) {
 				t.Fatalf("%q: companion %q not in the lock's slot", name, k)
 			}
 		}
-		if s.Fence == s.Queue || s.Queue == s.Latch || s.Fence == s.Lock {
+		if s.Fence == s.Queue || s.Queue == s.Forced || s.Fence == s.Lock {
 			t.Fatalf("%q: derived names collide", name)
 		}
 	})
@@ -89,7 +89,7 @@ func TestCompanionsDistinctAcrossNames(t *testing.T) {
 				continue
 			}
 			s := For(name)
-			for _, k := range []string{s.Fence, s.Queue, s.Latch, s.Readers, s.Writers} {
+			for _, k := range []string{s.Fence, s.Queue, s.Forced, s.Readers, s.Writers} {
 				if prev, ok := seen[k]; ok {
 					t.Errorf("names %q and %q share the companion key %q", prev, name, k)
 				}

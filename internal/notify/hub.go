@@ -19,12 +19,12 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // ErrClosed is returned by Join after Close.
@@ -47,9 +47,19 @@ type Hub struct {
 	clientOK    bool
 	closed      bool
 	readerDone  chan struct{}
-	// ReadyTimeout, when set before first use, bounds how long Join waits
-	// for the client channel's confirmation; 0 waits as long as ctx allows.
-	ReadyTimeout time.Duration
+	// Subscription changes, applied in order by the subscriber goroutine:
+	// a caller never blocks on Redis to register as a waiter.
+	ops          []subOp
+	opsSignal    chan struct{}
+	subDone      chan struct{}
+	readyTimeout time.Duration
+	closeWait    time.Duration
+}
+
+// subOp is one SUBSCRIBE or UNSUBSCRIBE to send.
+type subOp struct {
+	unsubscribe bool
+	channels    []string
 }
 
 type channel struct {
@@ -59,17 +69,40 @@ type channel struct {
 	linger    *time.Timer
 }
 
-// New returns a Hub that will receive hand-offs on clientChannel. It opens no
-// connection until the first Join.
-func New(rdb redis.UniversalClient, clientChannel string, linger time.Duration, log *slog.Logger) *Hub {
+// Config is what a Hub is built with.
+type Config struct {
+	// ClientChannel is where releasing scripts hand locks to this Hub's
+	// waiters.
+	ClientChannel string
+	// Linger keeps a lock channel subscribed that long after its last
+	// waiter left.
+	Linger time.Duration
+	// ReadyTimeout bounds how long Join waits for the client channel's
+	// confirmation (then the waiter relies on re-checks); 0 waits as long as
+	// the caller's ctx allows.
+	ReadyTimeout time.Duration
+	// CloseWait bounds how long Close waits for the connection to close
+	// (default 5s).
+	CloseWait time.Duration
+	Log       *slog.Logger // required
+}
+
+// New returns a Hub. It opens no connection until the first Join.
+func New(rdb redis.UniversalClient, cfg Config) *Hub {
+	if cfg.CloseWait <= 0 {
+		cfg.CloseWait = 5 * time.Second
+	}
 	return &Hub{
 		rdb:           rdb,
-		log:           log,
-		clientChannel: clientChannel,
-		linger:        linger,
+		log:           cfg.Log,
+		clientChannel: cfg.ClientChannel,
+		linger:        cfg.Linger,
+		readyTimeout:  cfg.ReadyTimeout,
+		closeWait:     cfg.CloseWait,
 		chans:         make(map[string]*channel),
 		tickets:       make(map[uint64]*Waiter),
 		clientReady:   make(chan struct{}),
+		opsSignal:     make(chan struct{}, 1),
 		// A random start: a stale queue entry left by an earlier process
 		// with the same client id must not match a ticket of this one.
 		nextTicket: rand.Uint64(),
@@ -108,7 +141,9 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 	if h.ps == nil {
 		h.ps = h.rdb.Subscribe(context.WithoutCancel(ctx))
 		h.readerDone = make(chan struct{})
+		h.subDone = make(chan struct{})
 		go h.read(h.ps, h.readerDone)
+		go h.subscriber(h.ps, h.subDone)
 		subscribe = append(subscribe, h.clientChannel)
 	}
 	ch := h.chans[lockChannel]
@@ -129,21 +164,16 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, shared: shared, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
-	var err error
 	if len(subscribe) > 0 {
-		// Written under h.mu so that SUBSCRIBE and UNSUBSCRIBE for one channel
-		// reach Redis in the order the reference count changed.
-		err = h.ps.Subscribe(context.WithoutCancel(ctx), subscribe...)
+		// Queued under h.mu so that SUBSCRIBE and UNSUBSCRIBE for one
+		// channel reach Redis in the order the reference count changed.
+		h.queueOp(subOp{channels: subscribe})
 	}
 	ready := h.clientReady
 	h.mu.Unlock()
-	if err != nil {
-		h.Leave(w)
-		return nil, err
-	}
 	var giveUp <-chan time.Time
-	if h.ReadyTimeout > 0 {
-		t := time.NewTimer(h.ReadyTimeout)
+	if h.readyTimeout > 0 {
+		t := time.NewTimer(h.readyTimeout)
 		defer t.Stop()
 		giveUp = t.C
 	}
@@ -154,7 +184,7 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 		// Pub/sub is not confirmed (refused by an ACL, a proxy without
 		// pub/sub, a dead connection): the waiter goes on, relying on its
 		// periodic re-checks instead of messages.
-		h.log.Warn("dlock: pub/sub subscription not confirmed; waiting by re-checks", "after", h.ReadyTimeout)
+		h.log.Warn("dlock: pub/sub subscription not confirmed; waiting by re-checks", "after", h.readyTimeout)
 		return w, nil
 	case <-ctx.Done():
 		h.Leave(w)
@@ -197,8 +227,44 @@ func (h *Hub) expire(name string, ch *channel) {
 		return
 	}
 	delete(h.chans, name)
-	if err := h.ps.Unsubscribe(context.Background(), name); err != nil {
-		h.log.Debug("dlock: unsubscribe failed", "channel", name, "err", err)
+	h.queueOp(subOp{unsubscribe: true, channels: []string{name}})
+}
+
+// queueOp hands a subscription change to the subscriber goroutine. The
+// caller holds h.mu.
+func (h *Hub) queueOp(op subOp) {
+	h.ops = append(h.ops, op)
+	select {
+	case h.opsSignal <- struct{}{}:
+	default:
+	}
+}
+
+// subscriber sends the queued subscription changes, in order, until Close.
+// Only it may block on a Redis that does not answer.
+func (h *Hub) subscriber(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	for range h.opsSignal {
+		h.mu.Lock()
+		ops, closed := h.ops, h.closed
+		h.ops = nil
+		h.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, op := range ops {
+			var err error
+			if op.unsubscribe {
+				err = ps.Unsubscribe(context.Background(), op.channels...)
+			} else {
+				err = ps.Subscribe(context.Background(), op.channels...)
+			}
+			if err != nil {
+				// The reader reconnects and resubscribes every channel the
+				// PubSub knows of; waiters meanwhile rely on re-checks.
+				h.log.Debug("dlock: (un)subscribe failed", "channels", op.channels, "err", err)
+			}
+		}
 	}
 }
 
@@ -230,14 +296,32 @@ func (h *Hub) Close() error {
 	for _, w := range h.tickets {
 		w.signal(func(w *Waiter) { w.closed = true })
 	}
-	ps, done := h.ps, h.readerDone
+	ps, done, subDone := h.ps, h.readerDone, h.subDone
 	h.mu.Unlock()
 	if ps == nil {
 		return nil
 	}
-	err := ps.Close()
-	<-done
-	return err
+	close(h.opsSignal)
+	// PubSub.Close waits for a subscription call in progress, which may be
+	// stuck on a server that does not answer; it ends within go-redis'
+	// timeouts, and Close does not wait longer than Config.CloseWait for it.
+	closed := make(chan error, 1)
+	go func() {
+		err := ps.Close()
+		<-done
+		<-subDone
+		closed <- err
+	}()
+	t := time.NewTimer(h.closeWait)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		return err
+	case <-t.C:
+		// It goes on closing in the background, within go-redis' timeouts.
+		h.log.Warn("dlock: the pub/sub connection is still closing", "after", h.closeWait)
+		return nil
+	}
 }
 
 // read dispatches messages until the PubSub is closed. After a connection
@@ -314,15 +398,8 @@ func (h *Hub) dispatch(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if name == h.clientChannel {
-		// "<ticket> <token> <ttl ms>": the lock was handed to ticket.
-		f := strings.Fields(payload)
-		if len(f) != 3 {
-			return
-		}
-		ticket, err1 := strconv.ParseUint(f[0], 10, 64)
-		token, err2 := strconv.ParseUint(f[1], 10, 64)
-		ttl, err3 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil {
+		ticket, token, ttl, ok := keys.ParseHandoff(payload)
+		if !ok {
 			return
 		}
 		if w := h.tickets[ticket]; w != nil {

@@ -29,7 +29,7 @@ func TestHub(t *testing.T) {
 	r := testenv.StartRedis(t)
 	rdb := r.NewClient(t)
 	ctx := context.Background()
-	h := New(rdb, "dlock:client:test", 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	h := New(rdb, Config{ClientChannel: "dlock:client:test", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
 	if h.Ready() {
 		t.Fatal("ready before any Join")
@@ -100,7 +100,7 @@ func TestHubShared(t *testing.T) {
 	r := testenv.StartRedis(t)
 	rdb := r.NewClient(t)
 	ctx := context.Background()
-	h := New(rdb, "dlock:client:shared", 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	h := New(rdb, Config{ClientChannel: "dlock:client:shared", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
 	r1, err := h.JoinShared(ctx, "rw")
 	if err != nil {

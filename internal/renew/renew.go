@@ -17,9 +17,14 @@ import (
 // MaxBatch is the most locks renewed by one script call.
 const MaxBatch = 500
 
-// Func renews locks in one call: keys[i] is held by fields[i], to be given
-// ttls[i] milliseconds. It returns, per lock, whether the owner still held it.
-type Func func(ctx context.Context, keys, fields []string, ttls []int64) ([]bool, error)
+// Func renews the entries of one batch in one call, giving each the TTL in
+// ttls (milliseconds). It returns, per entry, Held when the owner still held
+// the lock, or another code saying why not (Func's own convention, passed on
+// to Holder.Lost).
+type Func func(ctx context.Context, batch []*Entry, ttls []int64) ([]int64, error)
+
+// Held is the code Func returns for a lock its owner still holds.
+const Held = 1
 
 // Holder is told the outcome of its entry's renewals. Its methods run on the
 // Renewer's goroutine and must not block or call back into the Renewer except
@@ -29,14 +34,20 @@ type Holder interface {
 	// lock is certainly held until sent plus the TTL.
 	Renewed(sent time.Time)
 	// Lost is called once when Redis answered that the owner no longer
-	// holds the lock; the entry is then removed.
-	Lost()
+	// holds the lock, with Func's code for why; the entry is then removed.
+	Lost(code int64)
+	// Failed is called when the call carrying the entry failed; the entry
+	// is retried soon.
+	Failed(err error)
 }
 
 // Entry is one held lock under renewal. Its exported fields are set before
 // Add and not changed afterwards.
 type Entry struct {
-	Key, Field string
+	Key   string // the lock key
+	Field string // the owner's field in the lock hash
+	Kind  byte   // what the renewal does, for Func ('m', 'r', 'w' in dlock)
+	Set   string // a second key of the same slot Func may need ("" if none)
 	// TTL is the lock's TTL in watchdog mode. With Until set, the entry is a
 	// one-shot extension of a fixed lease (a hand-off arrives with a short
 	// claim window; this restores the lease the caller asked for).
@@ -49,15 +60,20 @@ type Entry struct {
 	inflight chan struct{} // closed when the call carrying this entry returns
 }
 
-// Renewer batches renewals. Its methods are safe for concurrent use.
-type Renewer struct {
-	period time.Duration
-	run    Func
-	slot   func(key string) uint16 // nil: a single node, one group
+// Config is what a Renewer is built with.
+type Config struct {
+	Period time.Duration           // how often each entry is renewed
+	Run    Func                    // renews one batch
+	Slot   func(key string) uint16 // groups keys by Cluster slot; nil: one group
 	// Failed, when set, is called after a call that returned an error.
 	Failed func(n int, err error)
 	// Batched, when set, is called after each successful call with its size.
 	Batched func(n int)
+}
+
+// Renewer batches renewals. Its methods are safe for concurrent use.
+type Renewer struct {
+	cfg Config
 
 	mu      sync.Mutex
 	entries map[*Entry]struct{}
@@ -68,14 +84,13 @@ type Renewer struct {
 	base    context.Context // cancelled by Stop: a call in flight ends at once
 	cancel  context.CancelFunc
 	stopped bool
+	calling bool // a call is in flight; guarded by mu
 }
 
-// New starts a Renewer that renews every period. slot may be nil.
-func New(period time.Duration, run Func, slot func(string) uint16) *Renewer {
+// New starts a Renewer.
+func New(cfg Config) *Renewer {
 	r := &Renewer{
-		period:  period,
-		run:     run,
-		slot:    slot,
+		cfg:     cfg,
 		entries: make(map[*Entry]struct{}),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -86,10 +101,10 @@ func New(period time.Duration, run Func, slot func(string) uint16) *Renewer {
 	return r
 }
 
-// Add schedules e to be renewed after first.
-func (r *Renewer) Add(e *Entry, first time.Duration) {
+// Add schedules e to be renewed at due (at once if due has passed).
+func (r *Renewer) Add(e *Entry, due time.Time) {
 	r.mu.Lock()
-	e.due = time.Now().Add(first)
+	e.due = due
 	e.removed = false
 	r.entries[e] = struct{}{}
 	// Wake the loop only if it sleeps past the new entry's due time: most
@@ -134,7 +149,9 @@ func (r *Renewer) Len() int {
 	return len(r.entries)
 }
 
-// Stop ends the loop and waits for it; entries are dropped. Idempotent.
+// Stop ends the loop; entries are dropped. It waits for the loop unless a
+// call is in flight: that call's context is cancelled and the loop exits when
+// it returns (go-redis may take its own timeouts to notice). Idempotent.
 func (r *Renewer) Stop() {
 	r.mu.Lock()
 	if r.stopped {
@@ -143,9 +160,12 @@ func (r *Renewer) Stop() {
 	}
 	r.stopped = true
 	close(r.stop)
+	busy := r.calling
 	r.mu.Unlock()
 	r.cancel()
-	<-r.done
+	if !busy {
+		<-r.done
+	}
 }
 
 func (r *Renewer) poke() {
@@ -162,6 +182,11 @@ func (r *Renewer) loop() {
 	for {
 		batches, next := r.collect(time.Now())
 		for _, b := range batches {
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
 			r.call(b)
 		}
 		if len(batches) > 0 {
@@ -189,7 +214,7 @@ func (r *Renewer) loop() {
 func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	horizon := now.Add(r.period / 2)
+	horizon := now.Add(r.cfg.Period / 2)
 	var next time.Time
 	var dueNow bool
 	for e := range r.entries {
@@ -216,8 +241,8 @@ func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 			continue
 		}
 		var s uint16
-		if r.slot != nil {
-			s = r.slot(e.Key)
+		if r.cfg.Slot != nil {
+			s = r.cfg.Slot(e.Key)
 		}
 		if groups[s] == nil {
 			order = append(order, s)
@@ -242,26 +267,31 @@ func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 }
 
 func (r *Renewer) call(b []*Entry) {
-	keys := make([]string, len(b))
-	fields := make([]string, len(b))
+	r.mu.Lock()
+	r.calling = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.calling = false
+		r.mu.Unlock()
+	}()
 	ttls := make([]int64, len(b))
 	sent := time.Now()
 	for i, e := range b {
-		keys[i], fields[i] = e.Key, e.Field
 		ttl := e.TTL
 		if !e.Until.IsZero() {
 			ttl = max(e.Until.Sub(sent), time.Millisecond)
 		}
 		ttls[i] = max(ttl.Milliseconds(), 1)
 	}
-	ctx, cancel := context.WithTimeout(r.base, r.period)
-	held, err := r.run(ctx, keys, fields, ttls)
+	ctx, cancel := context.WithTimeout(r.base, r.cfg.Period)
+	codes, err := r.cfg.Run(ctx, b, ttls)
 	cancel()
 
 	r.mu.Lock()
 	done := b[0].inflight
-	var lost []*Entry
-	var renewed []*Entry
+	var renewed, failed []*Entry
+	var lost []int // indexes into b
 	for i, e := range b {
 		e.inflight = nil
 		if e.removed {
@@ -271,37 +301,41 @@ func (r *Renewer) call(b []*Entry) {
 		case err != nil:
 			// Transient trouble: try again soon. The holder declares the
 			// lock lost by itself when its local deadline passes.
-			e.due = time.Now().Add(min(r.period/4, time.Second))
-		case held[i]:
+			e.due = time.Now().Add(min(r.cfg.Period/4, time.Second))
+			failed = append(failed, e)
+		case codes[i] == Held:
 			renewed = append(renewed, e)
 			if !e.Until.IsZero() {
 				e.removed = true
 				delete(r.entries, e)
 			} else {
-				e.due = sent.Add(r.period)
+				e.due = sent.Add(r.cfg.Period)
 			}
 		default:
 			e.removed = true
 			delete(r.entries, e)
-			lost = append(lost, e)
+			lost = append(lost, i)
 		}
 	}
 	r.mu.Unlock()
 	close(done)
 
 	if err != nil {
-		if r.Failed != nil {
-			r.Failed(len(b), err)
+		for _, e := range failed {
+			e.Holder.Failed(err)
+		}
+		if r.cfg.Failed != nil {
+			r.cfg.Failed(len(b), err)
 		}
 		return
 	}
-	if r.Batched != nil {
-		r.Batched(len(b))
+	if r.cfg.Batched != nil {
+		r.cfg.Batched(len(b))
 	}
 	for _, e := range renewed {
 		e.Holder.Renewed(sent)
 	}
-	for _, e := range lost {
-		e.Holder.Lost()
+	for _, i := range lost {
+		b[i].Holder.Lost(codes[i])
 	}
 }

@@ -20,7 +20,8 @@ type holder struct {
 }
 
 func (h *holder) Renewed(t time.Time) { h.mu.Lock(); h.renewed = append(h.renewed, t); h.mu.Unlock() }
-func (h *holder) Lost()               { h.mu.Lock(); h.lost++; h.mu.Unlock() }
+func (h *holder) Lost(int64)          { h.mu.Lock(); h.lost++; h.mu.Unlock() }
+func (h *holder) Failed(error)        {}
 
 // fake records the batches it is asked to renew and answers from held.
 type fake struct {
@@ -30,16 +31,22 @@ type fake struct {
 	failing bool
 }
 
-func (f *fake) run(_ context.Context, keys, _ []string, _ []int64) ([]bool, error) {
+func (f *fake) run(_ context.Context, batch []*Entry, _ []int64) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, append([]string(nil), keys...))
+	keys := make([]string, len(batch))
+	for i, e := range batch {
+		keys[i] = e.Key
+	}
+	f.calls = append(f.calls, keys)
 	if f.failing {
 		return nil, errors.New("connection refused")
 	}
-	out := make([]bool, len(keys))
+	out := make([]int64, len(keys))
 	for i, k := range keys {
-		out[i] = f.held[k]
+		if f.held[k] {
+			out[i] = Held
+		}
 	}
 	return out, nil
 }
@@ -49,14 +56,14 @@ func (f *fake) run(_ context.Context, keys, _ []string, _ []int64) ([]bool, erro
 func TestBatchesCoalesce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{held: map[string]bool{}}
-		r := New(time.Second, f.run, nil)
+		r := New(Config{Period: time.Second, Run: f.run})
 		defer r.Stop()
 		hs := make([]*holder, 3)
 		for i := range hs {
 			hs[i] = &holder{}
 			key := string(rune('a' + i))
 			f.held[key] = true
-			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: hs[i]}, time.Second)
+			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: hs[i]}, time.Now().Add(time.Second))
 			time.Sleep(200 * time.Millisecond)
 		}
 		time.Sleep(5 * time.Second)
@@ -77,7 +84,7 @@ func TestBatchesCoalesce(t *testing.T) {
 func TestBatchSizeAndLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{held: map[string]bool{}}
-		r := New(time.Second, f.run, nil)
+		r := New(Config{Period: time.Second, Run: f.run})
 		defer r.Stop()
 		n := 2*MaxBatch + 10
 		var gone *holder
@@ -88,7 +95,7 @@ func TestBatchSizeAndLoss(t *testing.T) {
 			if i == 0 {
 				gone = h
 			}
-			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: h}, time.Second)
+			r.Add(&Entry{Key: key, TTL: 3 * time.Second, Holder: h}, time.Now().Add(time.Second))
 		}
 		time.Sleep(1100 * time.Millisecond)
 		synctest.Wait()
@@ -108,10 +115,10 @@ func TestBatchSizeAndLoss(t *testing.T) {
 func TestErrorsAreRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{held: map[string]bool{"k": true}, failing: true}
-		r := New(4*time.Second, f.run, nil)
+		r := New(Config{Period: 4 * time.Second, Run: f.run})
 		defer r.Stop()
 		h := &holder{}
-		r.Add(&Entry{Key: "k", TTL: 12 * time.Second, Holder: h}, 4*time.Second)
+		r.Add(&Entry{Key: "k", TTL: 12 * time.Second, Holder: h}, time.Now().Add(4*time.Second))
 		time.Sleep(4*time.Second + 3500*time.Millisecond)
 		synctest.Wait()
 		f.mu.Lock()
@@ -133,10 +140,10 @@ func TestErrorsAreRetried(t *testing.T) {
 func TestRemove(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{held: map[string]bool{"k": true}}
-		r := New(time.Second, f.run, nil)
+		r := New(Config{Period: time.Second, Run: f.run})
 		defer r.Stop()
 		e := &Entry{Key: "k", TTL: 3 * time.Second, Holder: &holder{}}
-		r.Add(e, time.Second)
+		r.Add(e, time.Now().Add(time.Second))
 		time.Sleep(1500 * time.Millisecond)
 		r.Remove(e)
 		time.Sleep(5 * time.Second)
@@ -154,12 +161,12 @@ func TestRemove(t *testing.T) {
 func TestEarlierEntryWakesLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{held: map[string]bool{"late": true, "early": true}}
-		r := New(30*time.Second, f.run, nil)
+		r := New(Config{Period: 30 * time.Second, Run: f.run})
 		defer r.Stop()
-		r.Add(&Entry{Key: "late", TTL: time.Minute, Holder: &holder{}}, 30*time.Second)
+		r.Add(&Entry{Key: "late", TTL: time.Minute, Holder: &holder{}}, time.Now().Add(30*time.Second))
 		time.Sleep(time.Second)
 		early := &holder{}
-		r.Add(&Entry{Key: "early", TTL: time.Minute, Holder: early}, 2*time.Second)
+		r.Add(&Entry{Key: "early", TTL: time.Minute, Holder: early}, time.Now().Add(2*time.Second))
 		time.Sleep(2500 * time.Millisecond)
 		synctest.Wait()
 		if len(early.renewed) != 1 {

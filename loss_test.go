@@ -1,0 +1,239 @@
+package dlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Each way a hold can end without Unlock has its own reason, told apart with
+// errors.Is (and errors.As for the details), and every one wraps ErrLockLost.
+func TestLossReasons(t *testing.T) {
+	const wd = 300 * time.Millisecond
+	lostWith := func(t *testing.T, m *Mutex, reason error) {
+		t.Helper()
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the hold was not lost (want %v)", reason)
+		}
+		err := m.Err()
+		var le *LossError
+		if !errors.Is(err, ErrLockLost) || !errors.Is(err, reason) || !errors.As(err, &le) || le.Reason != reason || le.Name != m.Name() {
+			t.Fatalf("Err = %v (%T), want a *LossError for %q with reason %v", err, err, m.Name(), reason)
+		}
+		if err := m.Unlock(ctxT(t)); !errors.Is(err, reason) {
+			t.Fatalf("Unlock after the loss = %v, want %v", err, reason)
+		}
+	}
+
+	t.Run("unconfirmed: Redis stopped answering", func(t *testing.T) {
+		r := testenvRedis(t)
+		m := newClient(t, r, WithWatchdogTimeout(wd)).Mutex("loss:paused")
+		mustLock(t, m)
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+		}
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		lostWith(t, m, ErrUnconfirmed)
+	})
+	t.Run("forced", func(t *testing.T) {
+		c := newClient(t, shared, WithWatchdogTimeout(wd))
+		m := c.Mutex("loss:forced")
+		mustLock(t, m)
+		if ok, err := newClient(t, shared).Mutex("loss:forced").ForceUnlock(ctxT(t)); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		lostWith(t, m, ErrForced)
+	})
+	t.Run("data lost: FLUSHALL", func(t *testing.T) {
+		r := testenvRedis(t)
+		m := newClient(t, r, WithWatchdogTimeout(wd)).Mutex("loss:flushed")
+		mustLock(t, m)
+		if err := rdbFor(t, r).FlushAll(ctxT(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lostWith(t, m, ErrDataLost)
+	})
+	t.Run("taken over: expired and granted to another", func(t *testing.T) {
+		c := newClient(t, shared, WithWatchdogTimeout(wd))
+		m := c.Mutex("loss:taken")
+		mustLock(t, m)
+		// Another owner's field replaces ours, as after an expiry and a grant
+		// while this process was paused.
+		rdb := rdbFor(t, shared)
+		ctx := ctxT(t)
+		rdb.Del(ctx, "loss:taken")
+		rdb.HSet(ctx, "loss:taken", "someone-else:1", 1)
+		rdb.PExpire(ctx, "loss:taken", time.Second)
+		lostWith(t, m, ErrTakenOver)
+	})
+	t.Run("renewal refused", func(t *testing.T) {
+		r := testenvRedis(t)
+		ctx := ctxT(t)
+		admin := rdbFor(t, r)
+		if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "locker", Password: "pw",
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+		t.Cleanup(func() { rdb.Close() })
+		c, err := New(rdb, WithWatchdogTimeout(wd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		m := c.Mutex("loss:refused")
+		mustLock(t, m)
+		// Scripts are refused from now on (as READONLY or OOM would be).
+		if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "-@scripting").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+		}
+		var le *LossError
+		if err := m.Err(); !errors.As(err, &le) || le.Reason != ErrRenewRefused || !isRedisError(le.Err) {
+			t.Fatalf("Err = %v; want ErrRenewRefused wrapping Redis' reply", err)
+		}
+		admin.Del(ctx, "loss:refused")
+	})
+	t.Run("lease ended", func(t *testing.T) {
+		m := newClient(t, shared).Mutex("loss:lease")
+		if ok, err := m.TryLock(ctxT(t), 0, 200*time.Millisecond); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		lostWith(t, m, ErrLeaseEnded)
+	})
+	t.Run("closed", func(t *testing.T) {
+		c, err := New(rdbFor(t, shared))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := c.Mutex("loss:closed")
+		mustLock(t, m)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Err keeps the reason after Close has returned and released the lock.
+		var le *LossError
+		if err := m.Err(); !errors.Is(err, ErrClosed) || !errors.Is(err, ErrLockLost) || !errors.As(err, &le) {
+			t.Fatalf("Err after Close = %v, want a loss wrapping ErrClosed", err)
+		}
+		if l, _ := newClient(t, shared).Mutex("loss:closed").IsLocked(ctxT(t)); l {
+			t.Fatal("Close left the lock held")
+		}
+	})
+}
+
+// A grant that took long to arrive (a cold connection, NOSCRIPT and EVAL
+// over a slow link) is renewed on time: its first renewal is counted from
+// when the request was sent, like its TTL, so the holder is not told of a
+// loss while Redis still holds the lock for it.
+func TestSlowGrantIsNotAFalseLoss(t *testing.T) {
+	const wd = 600 * time.Millisecond
+	c := newClient(t, shared, WithWatchdogTimeout(wd))
+	ctx := ctxT(t)
+	m := c.Mutex("slow-grant")
+	if !m.testEnter(ctx, true) {
+		t.Fatal("gate busy")
+	}
+	h := newHold(&m.handle, nil)
+	res, err := h.attemptRaw(ctx, wd, 0, "", false)
+	if err != nil || res.v[0] != 1 {
+		t.Fatal(res, err)
+	}
+	// The reply arrived 0.7 of the watchdog after the request was sent.
+	sent := time.Now().Add(-7 * wd / 10)
+	if !h.granted(uint64(res.v[2]), sent, 0, 0) {
+		t.Fatal("client closed")
+	}
+	m.occupy(h)
+	time.Sleep(2 * wd)
+	if err := m.Err(); err != nil {
+		t.Fatalf("a slow grant was declared lost: %v", err)
+	}
+	mustUnlock(t, m)
+}
+
+// The holder's own deadline is its TTL less a margin for clock drift (1% of
+// the TTL plus 2ms, Redlock's allowance), so it is told before Redis lets the
+// lock go to the next holder.
+func TestHolderIsToldBeforeTheNextGrant(t *testing.T) {
+	a, b := newClient(t, shared), newClient(t, shared)
+	ctx := ctxT(t)
+	const lease = 400 * time.Millisecond
+	m := a.Mutex("drift")
+	if ok, err := m.TryLock(ctx, 0, lease); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	replied := time.Now() // after the request was sent
+	h := m.current(ctx)
+	if got, max := h.validUntil, replied.Add(lease-driftMargin(lease)); got.After(max) {
+		t.Fatalf("the hold's deadline is %v after the reply, want at most %v", got.Sub(replied), lease-driftMargin(lease))
+	}
+	toldAt := make(chan time.Time, 1)
+	go func() { <-m.Done(); toldAt <- time.Now() }()
+	w := b.Mutex("drift")
+	if ok, err := w.TryLock(ctx, 5*time.Second, 0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	grantedAt := time.Now()
+	told := <-toldAt
+	if !told.Before(grantedAt) {
+		t.Fatalf("the holder was told %v after the next grant", told.Sub(grantedAt))
+	}
+	t.Logf("the holder was told %v before the next grant", grantedAt.Sub(told))
+	_ = m.Unlock(ctx)
+	mustUnlock(t, w)
+}
+
+// In the lock's last millisecond PTTL reads 0: the waiter tries again at
+// once instead of sleeping a whole re-check interval.
+func TestWaiterRetriesAtTheEndOfTheTTL(t *testing.T) {
+	c := newClient(t, shared)
+	a := acquisition{h: newHold(&c.Mutex("ttl-end").handle, nil)}
+	if d := a.sleep(reply{n: 2, v: [3]int64{0, 0}}); d > time.Millisecond {
+		t.Fatalf("sleep with PTTL 0 = %v, want at most 1ms", d)
+	}
+	if d := a.sleep(reply{n: 2, v: [3]int64{0, -1}}); d != c.cfg.recheck {
+		t.Fatalf("sleep with no TTL = %v, want the re-check interval", d)
+	}
+}
+
+// Spin mode never panics: a backoff beyond MaxSpinBackoff is refused, and
+// the largest one accepted backs off without overflow.
+func TestSpinBackoffBounds(t *testing.T) {
+	for _, d := range []time.Duration{MaxSpinBackoff + 1, 1 << 62} {
+		if _, err := New(rdbFor(t, shared), WithSpin(d, d)); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("WithSpin(%v) = %v, want ErrInvalidArgument", d, err)
+		}
+	}
+	c := newClient(t, shared, WithSpin(MaxSpinBackoff, MaxSpinBackoff))
+	holder := newClient(t, shared).Mutex("spin-max")
+	mustLock(t, holder)
+	if ok, err := c.Mutex("spin-max").TryLock(ctxT(t), 50*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	mustUnlock(t, holder)
+}
+
+func TestInspectNotALock(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, shared)
+	rdb.Set(ctx, "inspect:string", "x", time.Minute)
+	if _, err := c.Inspect(ctx, "inspect:string"); !errors.Is(err, ErrNotLock) {
+		t.Fatalf("Inspect of a string = %v, want ErrNotLock", err)
+	}
+}

@@ -1,0 +1,51 @@
+package dlock
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// The wire formats and key names are defined once on the Go side; the Lua
+// scripts spell some of them out, and this test holds the two together.
+func TestLuaLiteralsAgreeWithGo(t *testing.T) {
+	lib := luaLib
+	// The client channel a hand-off is published on.
+	if !strings.Contains(lib, "publish('"+keys.ClientChannelPrefix+"' .. cid,") {
+		t.Errorf("lib.lua does not publish hand-offs on %q", keys.ClientChannelPrefix+"<client id>")
+	}
+	// Redisson's channel names, as keys.For derives them: lib.lua's
+	// redisson_name, run by the real server, must agree.
+	rdb := rdbFor(t, shared)
+	ctx := ctxT(t)
+	for _, name := range []string{"coupon", "user:{42}", "a{b"} {
+		ks := keys.For(name)
+		for prefix, want := range map[string]string{"redisson_lock__channel": ks.Channel, "redisson_rwlock": ks.RWChannel} {
+			got, err := rdb.Eval(ctx, lib+"\nreturn redisson_name(ARGV[1], ARGV[2])", nil, prefix, name).Text()
+			if err != nil || got != want {
+				t.Errorf("lib.lua's redisson_name(%q, %q) = %q, %v; Go says %q", prefix, name, got, err, want)
+			}
+			if !strings.Contains(lib+luaRWLib+luaForce, "'"+prefix+"'") {
+				t.Errorf("no script names %q", prefix)
+			}
+		}
+	}
+	// The hand-off message and the queue entry.
+	if !strings.Contains(lib, "ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)") {
+		t.Error("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.ParseHandoff)")
+	}
+	if !strings.Contains(lib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
+		t.Error("lib.lua does not read queue entries as \"<ticket> <ttl ms> <owner>\" (keys.QueueEntry)")
+	}
+	if tk, ttl, f, ok := keys.ParseQueueEntry(keys.QueueEntry(7, 30000, "c:1")); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
+		t.Error("keys.QueueEntry and ParseQueueEntry disagree")
+	}
+	// why_gone's codes.
+	m := regexp.MustCompile(`local GONE, FORCED, DATA_LOST = (\d+), (\d+), (\d+)`).FindStringSubmatch(lib)
+	if m == nil || m[1] != fmt.Sprint(goneCode) || m[2] != fmt.Sprint(forcedCode) || m[3] != fmt.Sprint(dataLostCode) {
+		t.Errorf("lib.lua's why_gone codes %v differ from goneCode, forcedCode, dataLostCode", m)
+	}
+}
