@@ -229,10 +229,14 @@ func (hd *handle) unlock(ctx context.Context) error {
 	}
 	h := hd.current(ctx)
 	if h == nil {
+		err := ErrNotHeld
 		if hd.c.closed.Load() {
-			return ErrClosed
+			err = ErrClosed
 		}
-		return ErrNotHeld
+		if len(hd.c.cfg.observers) > 0 {
+			hd.c.observeRelease(ctx, hd.p.kind(), hd.name)(Release{Kind: hd.p.kind(), Name: hd.name, Err: err})
+		}
+		return err
 	}
 	return hd.c.releaseDetached(ctx, h, false)
 }

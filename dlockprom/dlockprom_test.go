@@ -107,10 +107,11 @@ func TestSequence(t *testing.T) {
 
 	// 1. A grant and a re-entry (not counted), held ~20ms.
 	a := c1.Mutex("prom-a")
-	if err := a.Lock(ctx); err != nil {
+	actx, err := a.LockContext(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.TryLock(ctx, 0, 0); !ok || err != nil {
+	if ok, err := a.TryLock(actx, 0, 0); !ok || err != nil { // re-entry along the hold's context
 		t.Fatal(ok, err)
 	}
 	// 2. Another owner: one attempt with no wait, one with a 50ms wait.
