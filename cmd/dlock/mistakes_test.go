@@ -275,6 +275,10 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{[]string{"bench", "-k", "0"}, "--grants (-k) must be at least 1"},
 		{[]string{"bench", "-l", "-1ms"}, "--hold (-l) must not be negative"},
 		{[]string{"run", "", "true"}, "NAME is empty"},
+		{[]string{"dashboard", "--interval", "1ms"}, "--interval must be at least"},
+		{[]string{"dashboard", "--max-locks", "0"}, "--max-locks must be 1 to"},
+		{[]string{"dashboard", "--metrics", "not a url"}, "--metrics"},
+		{[]string{"dashboard", "--listen", "nowhere"}, "--listen"},
 	} {
 		r := dlockRun(t, nil, append([]string{"--redis", u}, tc.args...)...)
 		wantCode(t, r, exitUsage)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -48,7 +49,7 @@ Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 				return err
 			}
 			defer c.Close()
-			msg, err := forceUnlock(cmd, c, name)
+			msg, err := forceUnlockMsg(cmd.Context(), c, name)
 			if err != nil {
 				return err
 			}
@@ -60,10 +61,9 @@ Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 	return cmd
 }
 
-// forceUnlock breaks the lock name and describes what happened, from the
+// forceUnlockMsg breaks the lock name and describes what happened, from the
 // lock's state before and after.
-func forceUnlock(cmd *cobra.Command, c *dlock.Client, name string) (string, error) {
-	ctx := cmd.Context()
+func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, error) {
 	before, err := c.Inspect(ctx, name)
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", name, err)
