@@ -432,6 +432,9 @@ func TestRunUsage(t *testing.T) {
 		{"run", "", "true"},
 		{"inspect"},
 		{"unlock", "--force"},
+		{"unlock", "--force", "a", "b"},
+		{"dashboard", "extra"},
+		{"inspect", "--foo", "x"},
 		{"frobnicate"},
 		{"demo", "--servers", "0"},
 		{"demo", "--requests", "-1"},
@@ -771,7 +774,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "dlock ") {
 		t.Fatalf("version: %q", r.stdout)
 	}
-	for _, sub := range []string{"", "demo", "run", "inspect", "unlock", "bench", "version"} {
+	for _, sub := range []string{"", "demo", "run", "inspect", "unlock", "bench", "dashboard", "version"} {
 		args := []string{"--help"}
 		if sub != "" {
 			args = []string{sub, "--help"}
@@ -783,8 +786,26 @@ func TestVersionAndHelp(t *testing.T) {
 		}
 	}
 	r = dlockRun(t, nil, "run", "--help")
-	if !strings.Contains(r.stdout, "--fair") || !strings.Contains(r.stdout, "75") {
-		t.Fatalf("run --help:\n%s", r.stdout)
+	for _, want := range []string{"--fair", "75", "76", "parent-death signal", "A second one escalates", "1 to 1024 bytes"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("run --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "--help")
+	for _, want := range []string{"master_name=NAME", "?addr=host2:port", "A bare host:port", "69", "75", "76", "dashboard"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "dashboard", "--help")
+	for _, want := range []string{"8 commands in one round trip", "never KEYS", "--allow-unlock", "CSRF"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("dashboard --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "bench", "--help")
+	if !strings.Contains(r.stdout, `"wait_p50_ms"`) || !strings.Contains(r.stdout, "milliseconds") {
+		t.Fatalf("bench --help does not document --json:\n%s", r.stdout)
 	}
 }
 

@@ -30,7 +30,12 @@ Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 69 Redis unreachable, 1 other failures (NAME is not a lock).`,
 		Example: `  dlock unlock --force nightly-report
   dlock --redis redis://10.0.0.5:6379/2 unlock --force coupon:issue:42`,
-		Args: wrapArgs(cobra.ExactArgs(1)),
+		Args: wrapArgs(func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("unlock takes one lock NAME, got %d arguments", len(args))
+			}
+			return nil
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := checkName("NAME", name); err != nil {
