@@ -77,7 +77,13 @@ func browse(t *testing.T, url string, args ...string) string {
 // process and base URL.
 func dashboardStart(t *testing.T, r *testenv.Redis, args ...string) (*started, string) {
 	t.Helper()
-	s := dlockStart(t, append([]string{"--redis", redisURL(r), "dashboard", "--listen", "127.0.0.1:0"}, args...)...)
+	return dashboardAt(t, redisURL(r), args...)
+}
+
+// dashboardAt is dashboardStart for any --redis URL.
+func dashboardAt(t *testing.T, u string, args ...string) (*started, string) {
+	t.Helper()
+	s := dlockStart(t, append([]string{"--redis", u, "dashboard", "--listen", "127.0.0.1:0"}, args...)...)
 	select {
 	case l, ok := <-s.lines:
 		if !ok {

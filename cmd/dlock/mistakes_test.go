@@ -119,11 +119,26 @@ func TestCluster(t *testing.T) {
 			names[node] = n
 		}
 	}
+	held := map[string]*dlock.Mutex{}
 	for _, name := range names {
-		m := lib.Mutex(name)
-		if err := m.Lock(ctxT(t)); err != nil {
+		held[name] = lib.Mutex(name)
+		if err := held[name].Lock(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The dashboard scans every master: it shows each node's lock.
+	_, base := dashboardAt(t, urls[0])
+	shown := map[string]bool{}
+	for _, l := range snapshotOf(t, base).Locks {
+		shown[l.Name] = l.Locked && len(l.Holders) == 1 && l.Holders[0].Owner == held[l.Name].Owner()
+	}
+	for _, name := range names {
+		if !shown[name] {
+			t.Fatalf("dashboard on the Cluster does not show %s held: %v", name, shown)
+		}
+	}
+	for _, name := range names {
+		m := held[name]
 		for _, u := range urls {
 			r := dlockRun(t, nil, "--redis", u, "run", "--wait", "0", name, "--", "echo", "ran")
 			wantCode(t, r, exitNotAcquired)
