@@ -7,6 +7,8 @@
 #   redis-cli, redis-benchmark (package redis-tools): debugging, benchmarks.
 #   mariadbd, initdb          (packages mariadb-server, postgresql): only
 #                              when DLOCK_SQL_TESTS=1.
+#   chromium                  (package chromium): the headless browser that
+#                              tests the CLI's dashboard page (cmd/dlock).
 #
 # When something is missing: as root, installs it with apt-get (running
 # apt-get update only if the install fails without it); otherwise prints
@@ -33,6 +35,7 @@ have redis-server || missing+=(redis-server)
 if ! have redis-cli || ! have redis-benchmark; then
 	missing+=(redis-tools)
 fi
+have chromium || missing+=(chromium)
 if [[ "${DLOCK_SQL_TESTS:-0}" == 1 ]]; then
 	have mariadbd || missing+=(mariadb-server)
 	have_initdb || missing+=(postgresql)

@@ -33,16 +33,46 @@ holders overlap and prints:
   server/grant    commands the server ran per grant (INFO commandstats delta,
                   commands inside scripts included, other clients' too)
 
-Run it against a Redis that nothing else uses for clean command counts.`,
+Run it against a Redis that nothing else uses for clean command counts. It
+needs one Redis server (not a Sentinel or Cluster URL).
+
+--json prints one object, durations in milliseconds like inspect and demo:
+  {"workers", "grants_per_worker", "hold_ms", "grants", "elapsed_ms",
+   "grants_per_sec", "wait_p50_ms", "wait_p99_ms", "gap_p50_ms", "gap_p99_ms",
+   "gaps", "commands_sent", "commands_per_grant", "server_commands",
+   "server_commands_per_grant"}
+server_commands and server_commands_per_grant are -1 when the server
+refused INFO commandstats.
+
+Exit codes: 0 done, 2 bad flags, 69 Redis unreachable, 1 other failures
+(including two holders at once, which would be a bug).`,
 		Example: `  dlock bench
   dlock bench -w 100 -k 20 -l 0
   dlock --redis redis://10.0.0.5:6379 bench -w 16 -k 200 -l 1ms`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Workers < 1 || cfg.Grants < 1 || cfg.Hold < 0 {
-				return usagef("-w and -k must be at least 1 and -l not negative")
+			switch {
+			case cfg.Workers < 1:
+				return usagef("--workers (-w) must be at least 1, got %d", cfg.Workers)
+			case cfg.Grants < 1:
+				return usagef("--grants (-k) must be at least 1, got %d", cfg.Grants)
+			case cfg.Hold < 0:
+				return usagef("--hold (-l) must not be negative, got %v", cfg.Hold)
 			}
-			rdb, opts, err := a.connect(cmd.Context())
+			if cfg.Name != "" {
+				if err := checkName("--name", cfg.Name); err != nil {
+					return err
+				}
+			}
+			t, err := a.target()
+			if err != nil {
+				return err
+			}
+			opts, err := t.single("bench")
+			if err != nil {
+				return err
+			}
+			rdb, _, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -54,7 +84,7 @@ Run it against a Redis that nothing else uses for clean command counts.`,
 				return fmt.Errorf("bench: %w", err)
 			}
 			if asJSON {
-				return json.NewEncoder(a.stdout).Encode(res)
+				return json.NewEncoder(a.stdout).Encode(benchJSONOf(res))
 			}
 			printBench(a.stdout, opts.Addr, res)
 			return nil
@@ -67,6 +97,40 @@ Run it against a Redis that nothing else uses for clean command counts.`,
 	fl.StringVar(&cfg.Name, "name", "", "lock name (default: a fresh dlock:bench:<n>)")
 	fl.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// benchJSON is bench --json's output: the same snake_case keys and
+// millisecond durations as inspect and demo.
+type benchJSON struct {
+	Workers                int     `json:"workers"`
+	GrantsPerWorker        int     `json:"grants_per_worker"`
+	HoldMs                 float64 `json:"hold_ms"`
+	Grants                 int     `json:"grants"`
+	ElapsedMs              float64 `json:"elapsed_ms"`
+	GrantsPerSec           float64 `json:"grants_per_sec"`
+	WaitP50Ms              float64 `json:"wait_p50_ms"`
+	WaitP99Ms              float64 `json:"wait_p99_ms"`
+	GapP50Ms               float64 `json:"gap_p50_ms"`
+	GapP99Ms               float64 `json:"gap_p99_ms"`
+	Gaps                   int     `json:"gaps"`
+	CommandsSent           int64   `json:"commands_sent"`
+	CommandsPerGrant       float64 `json:"commands_per_grant"`
+	ServerCommands         int64   `json:"server_commands"`
+	ServerCommandsPerGrant float64 `json:"server_commands_per_grant"`
+}
+
+func benchJSONOf(r contention.Result) benchJSON {
+	b := benchJSON{
+		Workers: r.Workers, GrantsPerWorker: r.GrantsPerWorker, HoldMs: msf(r.Hold),
+		Grants: r.Grants, ElapsedMs: msf(r.Elapsed), GrantsPerSec: round2(r.GrantsPerSec),
+		WaitP50Ms: msf(r.WaitP50), WaitP99Ms: msf(r.WaitP99), GapP50Ms: msf(r.GapP50), GapP99Ms: msf(r.GapP99),
+		Gaps: r.Gaps, CommandsSent: r.CommandsSent, CommandsPerGrant: round2(r.SentPerGrant),
+		ServerCommands: r.ServerCommands, ServerCommandsPerGrant: round2(r.ServerPerGrant),
+	}
+	if r.ServerCommands < 0 {
+		b.ServerCommandsPerGrant = -1
+	}
+	return b
 }
 
 func printBench(w io.Writer, addr string, r contention.Result) {

@@ -82,8 +82,8 @@ A progress bar is drawn on stderr when it is a terminal.`,
   dlock demo --redis redis://127.0.0.1:6379 --metrics-addr :9464`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Servers < 1 || cfg.Workers < 1 || cfg.Think < 0 {
-				return usagef("--servers and --workers must be at least 1, --think not negative")
+			if err := checkDemoFlags(cfg); err != nil {
+				return err
 			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
@@ -91,7 +91,15 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			ctx := cmd.Context()
 			backend := "an embedded Redis (miniredis)"
 			if a.redisFlagSet(cmd) {
-				rdb, opts, err := a.connect(ctx)
+				t, err := a.target()
+				if err != nil {
+					return err
+				}
+				opts, err := t.single("demo")
+				if err != nil {
+					return err
+				}
+				rdb, _, err := a.connect(ctx)
 				if err != nil {
 					return err
 				}
@@ -142,6 +150,25 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	fl.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on ADDR/metrics while running, e.g. :9464")
 	fl.DurationVar(&cfg.Think, "think", demo.DefaultThink, "pause between reading and writing the stock")
 	return cmd
+}
+
+// checkDemoFlags names the first bad flag.
+func checkDemoFlags(cfg demo.Config) error {
+	switch {
+	case cfg.Servers < 1 || cfg.Servers > 1000:
+		return usagef("--servers must be 1 to 1000, got %d", cfg.Servers)
+	case cfg.Workers < 1 || cfg.Workers > 10000:
+		return usagef("--workers must be 1 to 10000, got %d", cfg.Workers)
+	case cfg.Stock < 1:
+		return usagef("--stock must be at least 1, got %d", cfg.Stock)
+	case cfg.Requests < 1:
+		return usagef("--requests must be at least 1, got %d", cfg.Requests)
+	case cfg.Think < 0:
+		return usagef("--think must not be negative, got %v", cfg.Think)
+	case cfg.Fair && cfg.NoLock:
+		return usagef("--fair and --no-lock exclude each other")
+	}
+	return nil
 }
 
 func printDemo(w io.Writer, backend string, cfg demo.Config, r demo.Result) {

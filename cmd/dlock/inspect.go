@@ -5,19 +5,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // lockState is what inspect reports about one lock name; its JSON form is
 // the --json output's array element.
 type lockState struct {
-	Name    string   `json:"name"`
-	Locked  bool     `json:"locked"`
+	Name   string `json:"name"`
+	Locked bool   `json:"locked"`
+	// Kind is "mutex" (a Mutex or FairMutex: they share the layout) or
+	// "rwlock" (a read-write lock: its hash has a "mode" field); "" when
+	// nothing is held.
+	Kind string `json:"kind"`
+	// Mode is "read" or "write" for a held read-write lock, else "".
+	Mode    string   `json:"mode"`
 	Holders []holder `json:"holders"`
 	// TTLms is the lock key's remaining TTL in milliseconds: 0 when not
 	// locked, -1 when the key has no TTL (not set by dlock).
@@ -25,10 +31,17 @@ type lockState struct {
 	// Token is the last fencing token issued for the name (0: none kept).
 	Token   uint64   `json:"token"`
 	Waiters []waiter `json:"waiters"`
+	// WaitingWriters counts the writers waiting for a read-write lock.
+	WaitingWriters int `json:"waiting_writers"`
 }
 
+// holder is one owner of a lock. Host and PID come from the owner's client
+// id (dlock.ParseClientID): "" and 0 for ids in another form (Redisson's
+// UUIDs, WithClientID).
 type holder struct {
-	Owner string `json:"owner"` // "<client id>:<owner id>"
+	Owner string `json:"owner"` // "<client id>:<owner id>", raw
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
 	Count int64  `json:"count"` // reentrant hold count
 }
 
@@ -38,7 +51,9 @@ type holder struct {
 type waiter struct {
 	Position int    `json:"position"` // 1 is next
 	Owner    string `json:"owner"`
-	TTLms    int64  `json:"ttl_ms,omitempty"` // the TTL the waiter asked for
+	Host     string `json:"host"`
+	PID      int    `json:"pid"`
+	TTLms    int64  `json:"ttl_ms"` // the TTL the waiter asked for
 }
 
 func (a *app) inspectCommand() *cobra.Command {
@@ -46,22 +61,33 @@ func (a *app) inspectCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] NAME...",
 		Short: "Show who holds and who waits for locks",
-		Long: `inspect reads each lock from Redis and shows whether it is locked, its holders
-(owner "<client id>:<owner id>" and reentrant hold count), the lock's remaining
-TTL, the last fencing token issued for the name, and the owners queued for
-it, first in line first: waiters of a plain lock queued for a direct hand-off,
-or the arrival-order queue of a fair lock (run --fair). It changes nothing.
+		Long: `inspect reads each lock from Redis (one MULTI per name) and shows whether it
+is locked, its kind (mutex, or rwlock with its read/write mode), its holders
+(the host and process id of the holding client, its reentrant hold count), the
+lock's remaining TTL, the last fencing token issued for the name, and the
+owners queued for it, first in line first: waiters of a plain lock queued for
+a direct hand-off, or the arrival-order queue of a fair lock (run --fair). It
+changes nothing.
+
+Host and process come from dlock's default client id "<host>/<pid>/<random>";
+a holder with another id (a Redisson client, WithClientID) is shown by its
+raw owner "<client id>:<owner id>".
 
 With --json it prints one JSON array with an object per NAME:
-  {"name", "locked", "holders": [{"owner", "count"}], "ttl_ms", "token",
-   "waiters": [{"position", "owner", "ttl_ms"}]}`,
+  {"name", "locked", "kind", "mode", "holders": [{"owner", "host", "pid",
+   "count"}], "ttl_ms", "token", "waiters": [{"position", "owner", "host",
+   "pid", "ttl_ms"}], "waiting_writers"}
+host is "" and pid 0 when the owner is not in dlock's default form.
+
+Exit codes: 0 done, 1 a NAME is not a lock (another Redis type) or another
+failure, 2 bad arguments, 69 Redis unreachable.`,
 		Example: `  dlock inspect coupon:issue:42
-  dlock inspect --json nightly-report migrate | jq '.[] | select(.locked)'`,
+  dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'`,
 		Args: wrapArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, n := range args {
-				if err := keys.Validate(n); err != nil {
-					return usagef("lock name %q: %v", n, err)
+				if err := checkName("NAME", n); err != nil {
+					return err
 				}
 			}
 			rdb, _, err := a.connect(cmd.Context())
@@ -103,9 +129,22 @@ func inspect(ctx context.Context, locks *dlock.Client, name string) (lockState, 
 	if err != nil {
 		return lockState{}, err
 	}
-	st := lockState{Name: name, Locked: info.Locked, Token: info.Token, Holders: []holder{}, Waiters: []waiter{}}
+	return stateOf(info), nil
+}
+
+// stateOf converts the library's snapshot.
+func stateOf(info dlock.LockInfo) lockState {
+	st := lockState{Name: info.Name, Locked: info.Locked, Token: info.Token, Mode: info.Mode,
+		Holders: []holder{}, Waiters: []waiter{}, WaitingWriters: info.WaitingWriters}
+	switch {
+	case info.Mode != "":
+		st.Kind = "rwlock"
+	case info.Locked || len(info.Waiters) > 0:
+		st.Kind = "mutex"
+	}
 	for _, h := range info.Holders {
-		st.Holders = append(st.Holders, holder{Owner: h.Owner, Count: h.Count})
+		host, pid, _ := dlock.ParseClientID(h.Owner)
+		st.Holders = append(st.Holders, holder{Owner: h.Owner, Host: host, PID: pid, Count: h.Count})
 	}
 	switch {
 	case info.TTL < 0:
@@ -114,28 +153,48 @@ func inspect(ctx context.Context, locks *dlock.Client, name string) (lockState, 
 		st.TTLms = info.TTL.Milliseconds()
 	}
 	for i, w := range info.Waiters {
-		st.Waiters = append(st.Waiters, waiter{Position: i + 1, Owner: w.Owner, TTLms: w.TTL.Milliseconds()})
+		host, pid, _ := dlock.ParseClientID(w.Owner)
+		st.Waiters = append(st.Waiters, waiter{Position: i + 1, Owner: w.Owner, Host: host, PID: pid, TTLms: w.TTL.Milliseconds()})
 	}
-	return st, nil
+	return st
+}
+
+// who names an owner for people: "host pid N", or the raw owner when its
+// client id is not in dlock's default form.
+func who(host string, pid int, owner string) string {
+	if host == "" {
+		return owner
+	}
+	return host + " pid " + strconv.Itoa(pid)
 }
 
 func printState(w io.Writer, st lockState) {
+	name := st.Name
+	if len(name) > 200 {
+		name = shortName(name)
+	}
 	switch {
 	case !st.Locked:
-		fmt.Fprintf(w, "%s: not locked", st.Name)
+		fmt.Fprintf(w, "%s: not locked", name)
 	case st.TTLms < 0:
-		fmt.Fprintf(w, "%s: locked, no TTL (not set by dlock?)", st.Name)
+		fmt.Fprintf(w, "%s: locked, no TTL (not set by dlock?)", name)
 	default:
-		fmt.Fprintf(w, "%s: locked, expires in %v", st.Name, time.Duration(st.TTLms)*time.Millisecond)
+		fmt.Fprintf(w, "%s: locked, expires in %v", name, time.Duration(st.TTLms)*time.Millisecond)
+	}
+	if st.Mode != "" {
+		fmt.Fprintf(w, ", read-write lock in %s mode", st.Mode)
 	}
 	if st.Token != 0 {
 		fmt.Fprintf(w, ", last fencing token %d", st.Token)
 	}
 	fmt.Fprintln(w)
 	for _, h := range st.Holders {
-		fmt.Fprintf(w, "  holder  %s  count %d\n", h.Owner, h.Count)
+		fmt.Fprintf(w, "  holder  %s  count %d  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, h.Owner)
 	}
 	for _, q := range st.Waiters {
-		fmt.Fprintf(w, "  waiter  #%d  %s\n", q.Position, q.Owner)
+		fmt.Fprintf(w, "  waiter  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+	}
+	if st.WaitingWriters > 0 {
+		fmt.Fprintf(w, "  %d writer(s) waiting\n", st.WaitingWriters)
 	}
 }

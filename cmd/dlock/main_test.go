@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,20 +102,51 @@ func oneLineErr(t *testing.T, r result, want string) {
 	}
 }
 
+// usageErr checks that stderr is a "dlock: ..." line containing want, then
+// the hint to run dlock --help.
+func usageErr(t *testing.T, r result, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "dlock: ") || !strings.Contains(lines[0], want) || lines[1] != "Run 'dlock --help' for usage." {
+		t.Fatalf("stderr %q: want a line starting with \"dlock: \" containing %q, then the --help hint", r.stderr, want)
+	}
+}
+
 // started is a dlock process still running, with its stdout read line by line.
 type started struct {
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan struct{}
 	err    error
 }
+
+// lockedBuffer is a bytes.Buffer safe to read while the child writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// stderrText is what dlock wrote to stderr so far.
+func (s *started) stderrText() string { return s.stderr.String() }
 
 func dlockStart(t *testing.T, args ...string) *started {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	s := &started{cmd: cli(ctx, nil, args...), lines: make(chan string, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	s := &started{cmd: cli(ctx, nil, args...), lines: make(chan string, 100), stderr: &lockedBuffer{}, done: make(chan struct{})}
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -400,6 +432,9 @@ func TestRunUsage(t *testing.T) {
 		{"run", "", "true"},
 		{"inspect"},
 		{"unlock", "--force"},
+		{"unlock", "--force", "a", "b"},
+		{"dashboard", "extra"},
+		{"inspect", "--foo", "x"},
 		{"frobnicate"},
 		{"demo", "--servers", "0"},
 		{"demo", "--requests", "-1"},
@@ -514,21 +549,26 @@ func TestInspect(t *testing.T) {
 	r := dlockRun(t, nil, "--redis", redisURL(shared), "inspect", "--json", "t-inspect", "t-inspect-free")
 	wantCode(t, r, 0)
 	var got []lockState
-	decodeStrict(t, r.stdout, &got, "name", "locked", "holders", "ttl_ms", "token", "waiters")
+	decodeStrict(t, r.stdout, &got, "name", "locked", "kind", "mode", "holders", "ttl_ms", "token", "waiters", "waiting_writers")
 	if len(got) != 2 {
 		t.Fatalf("%d objects", len(got))
 	}
 	a, b := got[0], got[1]
-	if a.Name != "t-inspect" || !a.Locked || len(a.Holders) != 1 || a.Holders[0].Owner != m.Owner() || a.Holders[0].Count != 2 {
+	if a.Name != "t-inspect" || !a.Locked || a.Kind != "mutex" || len(a.Holders) != 1 || a.Holders[0].Owner != m.Owner() || a.Holders[0].Count != 2 {
 		t.Fatalf("held lock: %+v (owner %s)", a, m.Owner())
+	}
+	// The holder is named by host and process: this test process's.
+	host, _ := os.Hostname()
+	if h := a.Holders[0]; h.PID != os.Getpid() || h.Host == "" || !strings.HasPrefix(host, h.Host) {
+		t.Fatalf("holder host/pid %q/%d, want %q/%d", h.Host, h.PID, host, os.Getpid())
 	}
 	if a.TTLms <= 0 || a.TTLms > 30000 || a.Token != m.Token() || a.Token == 0 {
 		t.Fatalf("ttl/token: %+v, token %d", a, m.Token())
 	}
-	if len(a.Waiters) != 1 || !strings.HasPrefix(a.Waiters[0].Owner, c2.ID()+":") || a.Waiters[0].Position != 1 {
+	if len(a.Waiters) != 1 || !strings.HasPrefix(a.Waiters[0].Owner, c2.ID()+":") || a.Waiters[0].Position != 1 || a.Waiters[0].PID != os.Getpid() {
 		t.Fatalf("waiters: %+v, want one of client %s", a.Waiters, c2.ID())
 	}
-	if b.Name != "t-inspect-free" || b.Locked || len(b.Holders) != 0 || b.TTLms != 0 || b.Token != 0 || len(b.Waiters) != 0 {
+	if b.Name != "t-inspect-free" || b.Locked || b.Kind != "" || len(b.Holders) != 0 || b.TTLms != 0 || b.Token != 0 || len(b.Waiters) != 0 {
 		t.Fatalf("free lock: %+v", b)
 	}
 	if !strings.Contains(r.stdout, `"holders": []`) {
@@ -537,7 +577,9 @@ func TestInspect(t *testing.T) {
 
 	r = dlockRun(t, nil, "--redis", redisURL(shared), "inspect", "t-inspect", "t-inspect-free")
 	wantCode(t, r, 0)
-	for _, want := range []string{"t-inspect: locked, expires in", "holder  " + m.Owner() + "  count 2", "waiter  #1  " + w.Owner(), "t-inspect-free: not locked"} {
+	hp := fmt.Sprintf("%s pid %d", a.Holders[0].Host, os.Getpid())
+	for _, want := range []string{"t-inspect: locked, expires in", "holder  " + hp + "  count 2  (owner " + m.Owner() + ")",
+		"waiter  #1  " + hp + "  (owner " + a.Waiters[0].Owner + ")", "t-inspect-free: not locked"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("text output lacks %q:\n%s", want, r.stdout)
 		}
@@ -571,8 +613,8 @@ func TestUnlock(t *testing.T) {
 
 	r = dlockRun(t, nil, "--redis", redisURL(shared), "unlock", "--force", "t-unlock")
 	wantCode(t, r, 0)
-	if r.stdout != "t-unlock was held: released it and woke the next waiter\n" {
-		t.Fatalf("stdout %q", r.stdout)
+	if want := fmt.Sprintf("t-unlock was held by %s pid %d: released it; nobody was waiting\n", hostOf(t, m.Owner()), os.Getpid()); r.stdout != want {
+		t.Fatalf("stdout %q, want %q", r.stdout, want)
 	}
 	select {
 	case <-m.Done():
@@ -706,17 +748,17 @@ func TestBench(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	r := dlockRun(t, nil, "--redis", redisURL(rs), "bench", "-w", "4", "-k", "10", "-l", "0", "--json")
 	wantCode(t, r, 0)
-	var res struct {
-		Grants         int
-		SentPerGrant   float64
-		ServerPerGrant float64
-		GrantsPerSec   float64
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatalf("%v: %s", err, r.stdout)
-	}
-	if res.Grants != 40 || res.SentPerGrant < 2 || res.ServerPerGrant < res.SentPerGrant || res.GrantsPerSec <= 0 {
+	var res benchJSON
+	decodeStrict(t, r.stdout, &res, "workers", "grants_per_worker", "hold_ms", "grants", "elapsed_ms",
+		"grants_per_sec", "wait_p50_ms", "wait_p99_ms", "gap_p50_ms", "gap_p99_ms", "gaps",
+		"commands_sent", "commands_per_grant", "server_commands", "server_commands_per_grant")
+	if res.Workers != 4 || res.GrantsPerWorker != 10 || res.Grants != 40 || res.CommandsPerGrant < 2 ||
+		res.ServerCommandsPerGrant < res.CommandsPerGrant || res.GrantsPerSec <= 0 || res.ElapsedMs <= 0 {
 		t.Fatalf("%+v", res)
+	}
+	// Milliseconds, not nanoseconds: the run took less than a minute.
+	if res.ElapsedMs > 60000 || res.WaitP99Ms > 60000 {
+		t.Fatalf("durations not in ms: %+v", res)
 	}
 	r = dlockRun(t, nil, "--redis", redisURL(rs), "bench", "-w", "3", "-k", "5", "--hold", "1ms")
 	wantCode(t, r, 0)
@@ -733,7 +775,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "dlock ") {
 		t.Fatalf("version: %q", r.stdout)
 	}
-	for _, sub := range []string{"", "demo", "run", "inspect", "unlock", "bench", "version"} {
+	for _, sub := range []string{"", "demo", "run", "inspect", "unlock", "bench", "dashboard", "version"} {
 		args := []string{"--help"}
 		if sub != "" {
 			args = []string{sub, "--help"}
@@ -745,8 +787,26 @@ func TestVersionAndHelp(t *testing.T) {
 		}
 	}
 	r = dlockRun(t, nil, "run", "--help")
-	if !strings.Contains(r.stdout, "--fair") || !strings.Contains(r.stdout, "75") {
-		t.Fatalf("run --help:\n%s", r.stdout)
+	for _, want := range []string{"--fair", "75", "76", "parent-death signal", "A second one escalates", "1 to 1024 bytes"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("run --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "--help")
+	for _, want := range []string{"master_name=NAME", "?addr=host2:port", "A bare host:port", "69", "75", "76", "dashboard"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "dashboard", "--help")
+	for _, want := range []string{"8 commands in one round trip", "never KEYS", "--allow-unlock", "CSRF"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("dashboard --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = dlockRun(t, nil, "bench", "--help")
+	if !strings.Contains(r.stdout, `"wait_p50_ms"`) || !strings.Contains(r.stdout, "milliseconds") {
+		t.Fatalf("bench --help does not document --json:\n%s", r.stdout)
 	}
 }
 
@@ -767,4 +827,14 @@ func TestRunLostSendsTERMFirst(t *testing.T) {
 	if code := s.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit code %d, want %d; stderr: %s", code, exitLost, s.stderr)
 	}
+}
+
+// hostOf is the host part of a default client id or owner.
+func hostOf(t *testing.T, owner string) string {
+	t.Helper()
+	host, _, ok := dlock.ParseClientID(owner)
+	if !ok {
+		t.Fatalf("owner %q is not in the default form", owner)
+	}
+	return host
 }

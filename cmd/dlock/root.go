@@ -8,15 +8,17 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // Exit codes shared by the commands. run also passes CMD's own code through.
@@ -96,10 +98,55 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv fu
 	return code
 }
 
+// maxMessage caps a message line (in bytes): an error that quotes a huge
+// input must not become a 10 KB line.
+const maxMessage = 400
+
+// oneLine makes s one line of at most maxMessage bytes.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	s = strings.TrimPrefix(s, "dlock: ")
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxMessage {
+		s = truncate(s, maxMessage) + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return s
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// shortName quotes a lock name for messages, cut to 60 bytes.
+func shortName(name string) string {
+	if len(name) <= 60 {
+		return strconv.Quote(name)
+	}
+	return strconv.Quote(truncate(name, 60)) + fmt.Sprintf("... (%d bytes)", len(name))
+}
+
+// checkName validates a lock name given as what ("NAME", "--name") before
+// any network call, naming it without echoing a huge one.
+func checkName(what, name string) error {
+	err := keys.Validate(name)
+	switch {
+	case err == nil:
+		return nil
+	case name == "":
+		return usagef("%s is empty: a lock name has 1 to %d bytes", what, keys.MaxNameLen)
+	case len(name) > keys.MaxNameLen:
+		return usagef("%s %s is too long: %d bytes, the limit is %d", what, shortName(name), len(name), keys.MaxNameLen)
+	case !utf8.ValidString(name):
+		return usagef("%s %s is not valid UTF-8", what, shortName(name))
+	}
+	return usagef("%s %s: contains '}' outside a Redis hash tag {...}", what, shortName(name))
 }
 
 // usageError marks errors about the command line itself.
@@ -146,12 +193,25 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Distributed locks on Redis, from the shell",
 		Long: `dlock operates the locks of the dlock library (Redisson-compatible reentrant
 locks on Redis): hold a lock while a command runs, inspect and break locks,
-and run the coupon demo and the contention benchmark.
+watch them live in a browser, and run the coupon demo and the contention
+benchmark.
 
 Every command that talks to Redis first checks that it answers PING; the
 server comes from --redis, else $DLOCK_REDIS_URL, else ` + DefaultRedisURL + `.
-URLs are go-redis URLs: redis://[user:password@]host:port[/db], or rediss://
-for TLS.`,
+
+` + redisURLHelp + `
+
+A lock NAME is 1 to ` + strconv.Itoa(keys.MaxNameLen) + ` bytes of UTF-8 (longer names are refused before
+any network call); a '}' may only close a Redis hash tag, as in {order:42}.
+
+Exit codes (each command's --help lists its own):
+  0    done
+  1    a failure not listed here
+  2    bad flags, arguments, lock name or Redis URL
+  69   Redis could not be reached
+  75   run: the lock was not acquired within --wait
+  76   run: the lock was lost while CMD ran
+  run also exits with CMD's own code.`,
 		Example: `  # See the race a lock prevents, on an embedded Redis (nothing to install):
   dlock demo
   dlock demo --no-lock
@@ -161,16 +221,19 @@ for TLS.`,
 
   # Who holds it, and who waits?
   dlock inspect nightly-report`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Completion commands are not part of dlock's interface.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	root.PersistentFlags().StringVar(&a.redisURL, "redis", def, "Redis URL (env "+envRedisURL+")")
+	root.PersistentFlags().StringVar(&a.redisURL, "redis", def, "Redis URL: redis://host:port[/db], ?master_name= for Sentinel, ?addr= for Cluster seeds (env "+envRedisURL+")")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log the library's warnings and debug messages to stderr")
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print dlock's version and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.demoCommand(), a.runCommand(), a.inspectCommand(), a.unlockCommand(),
-		a.benchCommand(), a.versionCommand())
+		a.benchCommand(), a.dashboardCommand(), a.versionCommand())
 	return root
 }
 
@@ -192,45 +255,20 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// redisOptions parses --redis.
-func (a *app) redisOptions() (*redis.Options, error) {
-	opts, err := redis.ParseURL(a.redisURL)
-	if err != nil {
-		return nil, usagef("bad Redis URL %s: %s", redact(a.redisURL), strings.TrimPrefix(err.Error(), "redis: "))
-	}
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opts, nil
-}
+// target parses --redis.
+func (a *app) target() (*target, error) { return parseTarget(a.redisURL) }
 
-// connect parses --redis, connects and PINGs with a short timeout.
-func (a *app) connect(ctx context.Context) (*redis.Client, *redis.Options, error) {
-	opts, err := a.redisOptions()
+// connect parses --redis, checks that Redis answers PING (within
+// pingTimeout, without retries) and returns a client for it.
+func (a *app) connect(ctx context.Context) (redis.UniversalClient, *target, error) {
+	t, err := a.target()
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := ping(ctx, opts); err != nil {
-		return nil, nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", opts.Addr, err)
+	if err := t.probe(ctx); err != nil {
+		return nil, nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", t.where(), err)
 	}
-	return redis.NewClient(opts), opts, nil
-}
-
-// ping checks that Redis answers, on a connection of its own that does not
-// retry: the commands' own clients keep go-redis's retries.
-func ping(ctx context.Context, opts *redis.Options) error {
-	o := *opts
-	o.MaxRetries = -1
-	o.DialerRetries = 1
-	o.PoolSize = 1
-	probe := redis.NewClient(&o)
-	defer probe.Close()
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	err := probe.Ping(ctx).Err()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("no answer to PING within %v", pingTimeout)
-	}
-	return err
+	return t.client(false), t, nil
 }
 
 // clientOptions are the dlock options every command uses.

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 type runFlags struct {
@@ -36,10 +39,21 @@ func (a *app) runCommand() *cobra.Command {
 		Short: "Hold a lock while a command runs (flock across machines)",
 		Long: `run takes the lock NAME, runs CMD while holding it, and releases it when CMD
 exits. Without --lease the lock is held in watchdog mode: its TTL (30s) is
-renewed every 10s for as long as CMD runs (see --watchdog), and it expires by itself if this
-process dies. SIGINT and SIGTERM received by dlock are forwarded to CMD
-(CMD runs in dlock's process group, so a Ctrl-C in a terminal reaches it
-directly as well).
+renewed every 10s for as long as CMD runs (see --watchdog), and it expires by
+itself if this process dies.
+
+CMD cannot outlive dlock: on Linux it runs in a process group of its own and
+gets SIGKILL from the kernel if dlock dies, even by SIGKILL (the
+parent-death signal), so it never runs on after the lock has expired. (Its
+own children are not covered by that signal; the signals below reach the
+whole group.) Because CMD is not in the terminal's foreground group, a CMD
+that reads the terminal is stopped: run is for jobs, give them input by
+redirection.
+
+Signals: the first SIGINT, SIGTERM or SIGHUP that dlock receives (Ctrl-C in
+a terminal) is passed to CMD's process group. A second one escalates: CMD's
+group gets SIGTERM, then SIGKILL after --grace; a third sends SIGKILL at
+once. dlock still releases the lock and exits with CMD's code.
 
 If the lock is lost while CMD runs (someone ran "dlock unlock --force", Redis
 lost the key, renewal failed for a whole TTL, or the --lease ran out), CMD gets
@@ -50,11 +64,14 @@ RFairLock): waiters are served in the order they arrived, across machines, and
 a newcomer never overtakes a queued waiter. Use it consistently: a fair and a
 plain waiter on one name share the lock but not the ordering guarantee.
 
+Flags go before NAME: everything after NAME belongs to CMD, with or without
+"--". NAME is 1 to ` + strconv.Itoa(keys.MaxNameLen) + ` bytes.
+
 Exit codes:
   CMD's own     CMD ran and exited (128+N if it was killed by signal N)
   75            NAME was not acquired within --wait
   76            the lock was lost while CMD ran
-  2             bad flags or arguments
+  2             bad flags or arguments (no NAME, no CMD, a negative duration)
   69            Redis could not be reached
   126, 127      CMD could not be run / was not found
   128+N         dlock was interrupted by signal N while waiting
@@ -71,6 +88,9 @@ Exit codes:
   # In cron, skip quietly when another node is already running the job:
   dlock run --wait 0 cleanup -- ./cleanup.sh || [ $? -eq 75 ]`,
 		Args: wrapArgs(func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() == 0 {
+				return errors.New("run needs a lock NAME before --, as in: dlock run NAME -- CMD [ARGS...]")
+			}
 			if len(args) < 2 {
 				return errors.New("run needs a lock NAME and a CMD, as in: dlock run NAME -- CMD [ARGS...]")
 			}
@@ -80,8 +100,19 @@ Exit codes:
 			return nil
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.wait < 0 || f.lease < 0 || f.grace < 0 {
-				return usagef("--wait, --lease and --grace must not be negative")
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"--wait", f.wait}, {"--lease", f.lease}, {"--grace", f.grace}} {
+				if d.v < 0 {
+					return usagef("%s must not be negative, got %v", d.flag, d.v)
+				}
+			}
+			if f.watchdog < dlock.MinWatchdogTimeout {
+				return usagef("--watchdog must be at least %v, got %v", dlock.MinWatchdogTimeout, f.watchdog)
+			}
+			if err := checkName("NAME", args[0]); err != nil {
+				return err
 			}
 			argv := args[1:]
 			if argv[0] == "--" { // flags stop at NAME, so a "--" after it is kept
@@ -112,7 +143,7 @@ func signalCode(s os.Signal) int {
 
 func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) error {
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	rdb, _, err := a.connect(ctx)
@@ -151,11 +182,11 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 		if ok {
 			_ = m.Unlock(context.WithoutCancel(ctx))
 		}
-		return exitf(signalCode(interrupted), "interrupted by %v while waiting for %s", interrupted, name)
+		return exitf(signalCode(interrupted), "interrupted by %v while waiting for %s", interrupted, shortName(name))
 	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("acquiring %s: %w", name, err)
+		return fmt.Errorf("acquiring %s: %w", shortName(name), err)
 	case !ok:
 		return exitf(exitNotAcquired, "%s not acquired within %v: another owner holds it", name, f.wait)
 	}
@@ -179,12 +210,39 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 	return nil
 }
 
+// startChild starts cmd from a goroutine locked to its OS thread, which
+// stays alive until cmd exits: the parent-death signal (prepareChild) fires
+// when the thread that forked the child ends, not only when dlock does. The
+// returned channel gets cmd.Wait's result.
+func startChild(cmd *exec.Cmd) (<-chan error, error) {
+	prepareChild(cmd)
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}
+
 // supervise runs CMD while m is held and returns its exit code, or, when the
 // lock was lost meanwhile, the message to print (CMD has then been stopped).
+// The first signal in sigs is passed on to CMD; the second sends SIGTERM and,
+// after grace, SIGKILL; a third SIGKILL at once.
 func (a *app) supervise(m heldLock, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, string) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd)
+	if err != nil {
 		code := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = 127
@@ -192,16 +250,41 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 		fmt.Fprintf(a.stderr, "dlock: cannot run %s: %s\n", argv[0], oneLine(err.Error()))
 		return code, ""
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	done := m.Done()
 	var kill <-chan time.Time
+	var killTimer *time.Timer
+	defer func() {
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	// terminate sends SIGTERM now and SIGKILL after grace (once).
+	terminate := func() {
+		_ = signalChild(cmd, syscall.SIGTERM)
+		if killTimer == nil {
+			killTimer = time.NewTimer(grace)
+			kill = killTimer.C
+		}
+	}
 	var lostMsg string
+	signals := 0
 	for {
 		select {
 		case s := <-sigs:
-			_ = cmd.Process.Signal(s)
+			signals++
+			sig, _ := s.(syscall.Signal)
+			switch signals {
+			case 1:
+				_ = signalChild(cmd, sig)
+				fmt.Fprintf(a.stderr, "dlock: passed %v to %s; another signal stops it (SIGTERM, SIGKILL after %v)\n", s, argv[0], grace)
+			case 2:
+				fmt.Fprintf(a.stderr, "dlock: second signal: sending SIGTERM to %s, SIGKILL in %v\n", argv[0], grace)
+				terminate()
+			default:
+				fmt.Fprintf(a.stderr, "dlock: sending SIGKILL to %s\n", argv[0])
+				_ = signalChild(cmd, syscall.SIGKILL)
+			}
 		case <-done:
 			done = nil
 			cause := m.Err()
@@ -210,14 +293,11 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 			}
 			lostMsg = fmt.Sprintf("lost the lock %s while %s was running (%s); stopped it", name, argv[0], oneLine(cause.Error()))
 			fmt.Fprintf(a.stderr, "dlock: lost the lock %s; sending SIGTERM to %s, SIGKILL in %v\n", name, argv[0], grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			kill = t.C
+			terminate()
 		case <-kill:
 			kill = nil
 			fmt.Fprintf(a.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], grace)
-			_ = cmd.Process.Kill()
+			_ = signalChild(cmd, syscall.SIGKILL)
 		case err := <-exited:
 			return exitCode(err), lostMsg
 		}

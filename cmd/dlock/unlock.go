@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,8 +15,11 @@ func (a *app) unlockCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "unlock --force NAME",
 		Short: "Break a lock, whoever holds it",
-		Long: `unlock --force releases the lock NAME whoever holds it and passes it to the
-next queued waiter (or wakes the waiters), and says whether anything was held.
+		Long: `unlock --force releases the lock NAME whoever holds it, and says what
+happened: whether it was held and by whom, and whether a queued waiter took
+it over (the release hands the lock straight to the first queued waiter) or
+nobody was waiting. It reads the lock before and after the release (two
+MULTIs) to tell.
 
 This is for locks left behind by a stuck process. The holder is not asked: it
 learns that it lost the lock at its next renewal (within a third of its TTL)
@@ -22,12 +27,20 @@ and, if it uses dlock's loss signal, stops; until then two processes may both
 believe they hold it. Hence --force is required.
 
 Exit codes: 0 done (held or not), 2 without --force or with a bad name,
-69 Redis unreachable, 1 other failures.`,
+69 Redis unreachable, 1 other failures (NAME is not a lock).`,
 		Example: `  dlock unlock --force nightly-report
   dlock --redis redis://10.0.0.5:6379/2 unlock --force coupon:issue:42`,
-		Args: wrapArgs(cobra.ExactArgs(1)),
+		Args: wrapArgs(func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("unlock takes one lock NAME, got %d arguments", len(args))
+			}
+			return nil
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			if err := checkName("NAME", name); err != nil {
+				return err
+			}
 			if !force {
 				return exitf(exitUsage, "refusing to unlock %s without --force: this breaks the lock under its holder, which may still be working (see dlock unlock --help)", name)
 			}
@@ -41,18 +54,59 @@ Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 				return err
 			}
 			defer c.Close()
-			held, err := c.Mutex(name).ForceUnlock(cmd.Context())
+			msg, err := forceUnlockMsg(cmd.Context(), c, name)
 			if err != nil {
-				return fmt.Errorf("unlocking %s: %w", name, err)
+				return err
 			}
-			if held {
-				fmt.Fprintf(a.stdout, "%s was held: released it and woke the next waiter\n", name)
-			} else {
-				fmt.Fprintf(a.stdout, "%s was not held: nothing to do\n", name)
-			}
+			fmt.Fprintln(a.stdout, msg)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "really release the lock under its holder")
 	return cmd
+}
+
+// forceUnlockMsg breaks the lock name and describes what happened, from the
+// lock's state before and after.
+func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, error) {
+	before, err := c.Inspect(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", name, err)
+	}
+	held, err := c.Mutex(name).ForceUnlock(ctx)
+	if err != nil {
+		return "", fmt.Errorf("unlocking %s: %w", name, err)
+	}
+	if !held {
+		return name + " was not held: nothing to do", nil
+	}
+	after, err := c.Inspect(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("reading %s after the release: %w", name, err)
+	}
+	msg := name + " was held: released it"
+	if len(before.Holders) > 0 {
+		msg = name + " was held by " + holders(stateOf(before)) + ": released it"
+	}
+	switch {
+	case after.Locked:
+		msg += "; handed it to the next waiter, now held by " + holders(stateOf(after))
+	case len(before.Waiters) > 0 || before.WaitingWriters > 0:
+		msg += "; woke the waiters"
+	default:
+		msg += "; nobody was waiting"
+	}
+	return msg, nil
+}
+
+// holders lists a lock's holders for people.
+func holders(st lockState) string {
+	if len(st.Holders) == 0 {
+		return "nobody"
+	}
+	var out []string
+	for _, h := range st.Holders {
+		out = append(out, who(h.Host, h.PID, h.Owner))
+	}
+	return strings.Join(out, ", ")
 }
