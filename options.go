@@ -18,7 +18,6 @@ type config struct {
 	recheck        time.Duration
 	linger         time.Duration
 	fenceTTL       time.Duration
-	latchTTL       time.Duration
 	closeTimeout   time.Duration // bounds Close
 	cleanupTimeout time.Duration // bounds each detached cleanup
 	replicas       int           // > 0: WithReplicaAck
@@ -35,7 +34,6 @@ func defaultConfig() config {
 		recheck:        3 * time.Second,
 		linger:         2 * time.Second,
 		fenceTTL:       24 * time.Hour,
-		latchTTL:       30 * time.Second,
 		closeTimeout:   5 * time.Second,
 		cleanupTimeout: 5 * time.Second,
 	}

@@ -2,7 +2,7 @@
 // name, and validates names before any network call.
 //
 // The lock key is the name itself (Redisson's layout). Companion keys (fencing
-// counter, waiter queue, unlock latch) must live in the same Redis Cluster slot
+// counter, waiter queue, forced set) must live in the same Redis Cluster slot
 // as the lock key so that one script can touch them all. Redis hashes only the
 // part of a key between the first '{' and the next '}' when that part is not
 // empty (the hash tag). A companion therefore reuses the name's own hash tag
