@@ -30,7 +30,7 @@ func (hd *handle) lock(ctx context.Context, req lockRequest) (h *hold, err error
 		finish := c.observeAcquire(ctx, hd.p.kind(), hd.name)
 		defer func() {
 			finish(Acquisition{Kind: hd.p.kind(), Name: hd.name, Acquired: h != nil, TimedOut: timedOut,
-				Err: err, Waited: time.Since(start), Reentry: reentry})
+				Err: err, Waited: time.Since(start), Reentry: reentry, Backend: BackendRedis})
 		}()
 	}
 	if ctx.Err() != nil {

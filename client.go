@@ -33,6 +33,8 @@ type Client struct {
 	owners  atomic.Uint64 // numbers owner fields: one per hold, never reused
 	closed  atomic.Bool
 
+	fallback *tiers // WithFallback; nil without
+
 	background sync.WaitGroup // detached calls and cleanups, for Close
 
 	mu    sync.Mutex
@@ -105,6 +107,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			}
 		},
 	})
+	if cfg.fallback != nil {
+		c.fallback = newTiers(c)
+	}
 	return c, nil
 }
 

@@ -48,3 +48,17 @@ func (c *Client) wrapClosed(err error) error {
 	}
 	return err
 }
+
+func (c *Client) observeFallback(kind Kind, name string, reason error) {
+	c.cfg.logger.Warn("dlock: falling back", "name", name, "backend", c.fallback.f.Backend(), "reason", reason)
+	for _, o := range c.cfg.observers {
+		o.FellBack(kind, name, c.fallback.f.Backend(), reason)
+	}
+}
+
+func (c *Client) observeBreaker(state string) {
+	c.cfg.logger.Warn("dlock: circuit breaker", "state", state)
+	for _, o := range c.cfg.observers {
+		o.BreakerChanged(state)
+	}
+}

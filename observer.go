@@ -28,6 +28,7 @@ type Acquisition struct {
 	Err     error         // infrastructure failure or cancelled context
 	Waited  time.Duration // from the call to its outcome
 	Reentry bool          // a re-entry of a lock the handle already held
+	Backend string        // the tier asked: BackendRedis, or a Fallback's Backend
 }
 
 // Release describes one Unlock, reported when it ends.
@@ -59,6 +60,12 @@ type Observer interface {
 	// Renewed is called after each watchdog call, with the number of locks
 	// it carried and its error.
 	Renewed(n int, err error)
+	// FellBack is called when WithLock turns to the Fallback tier, with the
+	// Redis failure that made it (see WithFallback).
+	FellBack(kind Kind, name, backend string, reason error)
+	// BreakerChanged is called when the default circuit breaker of
+	// WithFallback changes state: "closed", "open" or "half-open".
+	BreakerChanged(state string)
 }
 
 // NopObserver implements Observer doing nothing; embed it.
@@ -75,3 +82,9 @@ func (NopObserver) Lost(Kind, string, error) {}
 
 // Renewed implements Observer.
 func (NopObserver) Renewed(int, error) {}
+
+// FellBack implements Observer.
+func (NopObserver) FellBack(Kind, string, string, error) {}
+
+// BreakerChanged implements Observer.
+func (NopObserver) BreakerChanged(string) {}

@@ -24,6 +24,8 @@ type config struct {
 	replicaTimeout time.Duration
 	spinMin        time.Duration // > 0: spin mode
 	spinMax        time.Duration
+	fallback       Fallback // WithFallback
+	fallbackCfg    fallbackConfig
 }
 
 func defaultConfig() config {

@@ -11,9 +11,10 @@ import (
 type LockOption func(*lockConfig) error
 
 type lockConfig struct {
-	wait  time.Duration
-	lease time.Duration
-	kind  Kind // KindMutex unless Fair, Read or Write
+	wait       time.Duration
+	lease      time.Duration
+	kind       Kind   // KindMutex unless Fair, Read or Write
+	tokenFloor uint64 // TokenFloor
 }
 
 func (c *lockConfig) setKind(k Kind) error {
@@ -44,6 +45,9 @@ type LockSettings struct {
 	Wait  time.Duration
 	Lease time.Duration // 0: watchdog mode
 	Kind  Kind          // KindMutex, KindFair, KindRead or KindWrite
+	// TokenFloor is a fencing token the grant's token must exceed (see
+	// TokenFloor); 0 when none was given.
+	TokenFloor uint64
 }
 
 // ResolveLockOptions applies opts to WithLock's defaults (DefaultWaitTime,
@@ -61,7 +65,18 @@ func ResolveLockOptions(opts ...LockOption) (LockSettings, error) {
 			return LockSettings{}, err
 		}
 	}
-	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind}, nil
+	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind, TokenFloor: cfg.tokenFloor}, nil
+}
+
+// TokenFloor asks a Fallback tier to issue a fencing token above floor, so
+// that its tokens follow the Redis tier's in one increasing order. dlock
+// passes it to the Fallback with the highest Redis token it has seen; Redis
+// grants ignore it (their counter already follows the server clock).
+func TokenFloor(floor uint64) LockOption {
+	return func(c *lockConfig) error {
+		c.tokenFloor = max(c.tokenFloor, floor)
+		return nil
+	}
 }
 
 // DefaultWaitTime is how long WithLock waits for the lock unless WaitTime
@@ -114,7 +129,7 @@ func LeaseTime(d time.Duration) LockOption {
 // ctx is done before the release is confirmed, it returns the loss seen so
 // far, or nil). It returns within moments of ctx being done, whatever Redis
 // does. It is safe for concurrent use.
-func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
+func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -122,6 +137,14 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if err != nil {
 		return err
 	}
+	if c.fallback != nil {
+		return c.fallback.withLock(ctx, name, fn, set, opts)
+	}
+	return c.withRedisLock(ctx, name, fn, set)
+}
+
+// withRedisLock is WithLock on Redis alone.
+func (c *Client) withRedisLock(ctx context.Context, name string, fn func(context.Context) error, set LockSettings) (err error) {
 	var hd handle
 	switch set.Kind {
 	case KindFair:

@@ -73,6 +73,9 @@ type Metrics struct {
 	lost            *prometheus.CounterVec
 	renewals        prometheus.Counter
 	renewalFailures prometheus.Counter
+	backendGrants   *prometheus.CounterVec
+	fallbacks       *prometheus.CounterVec
+	breakerState    prometheus.Gauge
 }
 
 var _ dlock.Observer = (*Metrics)(nil)
@@ -227,8 +230,18 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name: name("renewal_failures_total"), Help: "Locks carried by watchdog renewal calls that failed (and are retried).", ConstLabels: cfg.constLabels,
 		}),
 	}
+	m.backendGrants = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("backend_grants_total"), Help: "Grants by the tier that granted them: redis, or the fallback's (mysql, postgres).", ConstLabels: cfg.constLabels,
+	}, []string{"backend"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("fallbacks_total"), Help: "WithLock calls that turned to the fallback tier, by tier and by the class of Redis failure (dlock.FallbackReason).", ConstLabels: cfg.constLabels,
+	}, []string{"backend", "reason"})
+	m.breakerState = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: name("breaker_state"), Help: "The fallback circuit breaker: 0 closed (Redis in use), 1 half-open (probing), 2 open (fallback).", ConstLabels: cfg.constLabels,
+	})
 	cs := []prometheus.Collector{m.attempts, m.acquired, m.waitTimeouts, m.acquireErrors,
-		m.waitDuration, m.holdDuration, m.held, m.lost, m.renewals, m.renewalFailures}
+		m.waitDuration, m.holdDuration, m.held, m.lost, m.renewals, m.renewalFailures,
+		m.backendGrants, m.fallbacks, m.breakerState}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -256,7 +269,14 @@ func (m *Metrics) acquisition(a dlock.Acquisition) {
 	switch {
 	case a.Acquired:
 		m.acquired.WithLabelValues(k).Inc()
-		m.held.WithLabelValues(k).Inc()
+		if a.Backend == "" || a.Backend == dlock.BackendRedis {
+			m.held.WithLabelValues(k).Inc() // fallback holds report no release
+		}
+		backend := a.Backend
+		if backend == "" {
+			backend = dlock.BackendRedis
+		}
+		m.backendGrants.WithLabelValues(backend).Inc()
 	case a.Err != nil:
 		m.acquireErrors.WithLabelValues(k).Inc()
 	case a.TimedOut:
@@ -304,5 +324,22 @@ func (m *Metrics) Renewed(n int, err error) {
 	m.renewals.Add(float64(n))
 	if err != nil {
 		m.renewalFailures.Add(float64(n))
+	}
+}
+
+// FellBack implements dlock.Observer; safe for concurrent use.
+func (m *Metrics) FellBack(_ dlock.Kind, _ string, backend string, reason error) {
+	m.fallbacks.WithLabelValues(backend, dlock.FallbackReason(reason)).Inc()
+}
+
+// BreakerChanged implements dlock.Observer; safe for concurrent use.
+func (m *Metrics) BreakerChanged(state string) {
+	switch state {
+	case "closed":
+		m.breakerState.Set(0)
+	case "half-open":
+		m.breakerState.Set(1)
+	case "open":
+		m.breakerState.Set(2)
 	}
 }

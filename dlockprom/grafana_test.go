@@ -171,6 +171,9 @@ func exercisedMetrics(t *testing.T) map[string]bool {
 	}
 	m.Renewed(3, nil)
 	m.Renewed(1, errors.New("timeout"))
+	m.AcquireStarted(ctx, dlock.KindMutex, "x")(dlock.Acquisition{Kind: dlock.KindMutex, Name: "x", Acquired: true, Backend: "mysql"})
+	m.FellBack(dlock.KindMutex, "x", "mysql", dlock.ErrUnavailable)
+	m.BreakerChanged("open")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,366 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fallback is a second lock tier that a Client built WithFallback uses when
+// Redis fails: a SQL named lock (package sqllock's *Locker) or anything with
+// the same contract. WithLock must wait up to the options' WaitTime, run fn
+// at most once with a context that carries the grant (ContextWithGrant, with
+// Backend set) and is cancelled with a cause wrapping ErrLockLost when the
+// hold is lost, always release, return fn's error untouched, wrap
+// ErrWaitTimeout when the wait ran out, and issue a fencing token above the
+// options' TokenFloor. A Fallback must be safe for concurrent use.
+type Fallback interface {
+	// Backend names the tier in grants and observations ("mysql", "postgres").
+	Backend() string
+	WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error
+}
+
+// Breaker decides whether a call may try Redis: Allow returns an error
+// while the circuit is open, or a done func that must be called once with
+// whether Redis worked. sony/gobreaker v2's *TwoStepCircuitBreaker satisfies
+// it. A Breaker must be safe for concurrent use.
+type Breaker interface {
+	Allow() (done func(success bool), err error)
+}
+
+// FallbackOption configures WithFallback.
+type FallbackOption func(*fallbackConfig) error
+
+type fallbackConfig struct {
+	breaker    Breaker
+	quarantine time.Duration // 0: the watchdog timeout plus its drift margin
+	recovery   time.Duration // 0: twice the quarantine
+	strict     bool
+}
+
+// FallbackBreaker sets the circuit breaker in front of Redis. Default: a
+// breaker that opens after 5 infrastructure failures in a row and lets one
+// probe through every 5s while open.
+func FallbackBreaker(b Breaker) FallbackOption {
+	return func(c *fallbackConfig) error {
+		if b == nil {
+			return fmt.Errorf("%w: nil breaker", ErrInvalidArgument)
+		}
+		c.breaker = b
+		return nil
+	}
+}
+
+// FallbackQuarantine sets how long after this Client last reached Redis a
+// fallback grant waits, so that every Redis holder has been told of its loss
+// first. Default: the watchdog timeout plus its drift margin, which covers
+// watchdog-mode holds; holds with a fixed lease longer than that need at
+// least that lease.
+func FallbackQuarantine(d time.Duration) FallbackOption {
+	return func(c *fallbackConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative quarantine", ErrInvalidArgument)
+		}
+		c.quarantine = d
+		return nil
+	}
+}
+
+// FallbackRecovery sets how long after Redis answers again (having failed)
+// a Redis grant also takes the fallback lock, so that it excludes fallback
+// holders that are still inside fn. Default: twice the quarantine.
+func FallbackRecovery(d time.Duration) FallbackOption {
+	return func(c *fallbackConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative recovery window", ErrInvalidArgument)
+		}
+		c.recovery = d
+		return nil
+	}
+}
+
+// FallbackStrict refuses the fallback (WithLock fails with the Redis error)
+// unless the fallback can tell that no other Client has reached Redis within
+// the quarantine: the Fallback must implement RedisWitness. Without it, a
+// Client cut off from a Redis that others still reach may grant a lock in
+// the fallback tier that a Redis holder also has (the fencing token exposes
+// it; see the package doc).
+func FallbackStrict() FallbackOption {
+	return func(c *fallbackConfig) error {
+		c.strict = true
+		return nil
+	}
+}
+
+// RedisWitness is what FallbackStrict needs of a Fallback: a record, shared
+// by every Client, of when each last reached Redis.
+type RedisWitness interface {
+	// SawRedis records that client reached Redis at the database's now.
+	SawRedis(ctx context.Context, client string) error
+	// OthersSawRedis reports whether a client other than client recorded
+	// reaching Redis within the last d.
+	OthersSawRedis(ctx context.Context, client string, d time.Duration) (bool, error)
+}
+
+// WithFallback makes the Client's WithLock fall back to f when Redis fails,
+// behind a circuit breaker: only infrastructure failures fall back
+// (connection refused or reset, timeouts, READONLY, LOADING, MASTERDOWN,
+// CLUSTERDOWN, an open breaker); contention (the wait ran out), a cancelled
+// ctx and whatever fn returns never do, and never count against the breaker.
+// fn runs at most once per call: a fallback happens only before fn starts.
+// See the package doc for what the tiers guarantee together.
+func WithFallback(f Fallback, opts ...FallbackOption) Option {
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil fallback", ErrInvalidArgument)
+		}
+		fc := fallbackConfig{}
+		for i, o := range opts {
+			if o == nil {
+				return fmt.Errorf("%w: fallback option %d is nil", ErrInvalidArgument, i)
+			}
+			if err := o(&fc); err != nil {
+				return err
+			}
+		}
+		if fc.strict {
+			if _, ok := f.(RedisWitness); !ok {
+				return fmt.Errorf("%w: FallbackStrict needs a Fallback that implements RedisWitness", ErrInvalidArgument)
+			}
+		}
+		c.fallback, c.fallbackCfg = f, fc
+		return nil
+	}
+}
+
+// tiers is a Client's fallback state.
+type tiers struct {
+	c       *Client
+	f       Fallback
+	witness RedisWitness // nil unless strict
+	cfg     fallbackConfig
+
+	maxToken atomic.Uint64 // the highest Redis token this Client saw
+
+	mu            sync.Mutex
+	downSince     time.Time // first infrastructure failure since Redis last worked
+	recoveryUntil time.Time // Redis grants also take the fallback lock until then
+	lastWitness   time.Time
+}
+
+func newTiers(c *Client) *tiers {
+	t := &tiers{c: c, f: c.cfg.fallback, cfg: c.cfg.fallbackCfg}
+	if t.cfg.breaker == nil {
+		t.cfg.breaker = newBreaker(5, 5*time.Second, c.observeBreaker)
+	}
+	if t.cfg.quarantine == 0 {
+		t.cfg.quarantine = c.cfg.watchdog + driftMargin(c.cfg.watchdog)
+	}
+	if t.cfg.recovery == 0 {
+		t.cfg.recovery = 2 * t.cfg.quarantine
+	}
+	if t.cfg.strict {
+		t.witness = t.f.(RedisWitness)
+	}
+	return t
+}
+
+// withLock is WithLock with a fallback tier.
+func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Context) error, set LockSettings, opts []LockOption) error {
+	start := time.Now()
+	reason := error(nil)
+	done, err := t.cfg.breaker.Allow()
+	if err != nil {
+		reason = fmt.Errorf("%w: %w: %w", ErrUnavailable, errOpenBreaker, err)
+	} else {
+		started := false
+		err := t.c.withRedisLock(ctx, name, func(fctx context.Context) error {
+			started = true
+			done(true)
+			t.redisWorked(fctx)
+			if t.recovering() {
+				// Fallback holders of the outage may still be inside fn: take
+				// their lock too, above our token.
+				rest := max(set.Wait-time.Since(start), 0)
+				return t.f.WithLock(fctx, name, fn, append(opts, WaitTime(rest), TokenFloor(TokenFrom(fctx)))...)
+			}
+			return fn(fctx)
+		}, set)
+		switch {
+		case started:
+			return err
+		case ctx.Err() != nil || !isInfrastructure(err):
+			done(true) // contention and cancellation are not Redis' fault
+			return err
+		}
+		done(false)
+		reason = err
+		t.redisFailed()
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if err := t.mayFallBack(ctx, start.Add(set.Wait)); err != nil {
+		return errors.Join(reason, err)
+	}
+	t.c.observeFallback(set.Kind, name, reason)
+	rest := max(set.Wait-time.Since(start), 0)
+	var finish func(Acquisition)
+	if len(t.c.cfg.observers) > 0 {
+		finish = t.c.observeAcquire(ctx, set.Kind, name)
+	}
+	granted := false
+	err = t.f.WithLock(ctx, name, func(fctx context.Context) error {
+		granted = true
+		if finish != nil {
+			finish(Acquisition{Kind: set.Kind, Name: name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
+		}
+		return fn(fctx)
+	}, append(opts, WaitTime(rest), TokenFloor(t.maxToken.Load()))...)
+	if !granted && finish != nil {
+		a := Acquisition{Kind: set.Kind, Name: name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
+		if errors.Is(err, ErrWaitTimeout) {
+			a.TimedOut, a.Err = true, nil
+		}
+		finish(a)
+	}
+	return err
+}
+
+// mayFallBack waits out the quarantine (until every Redis holder has been
+// told of its loss), within the wait, and in strict mode checks that no
+// other Client still reaches Redis.
+func (t *tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
+	t.mu.Lock()
+	ready := t.downSince.Add(t.cfg.quarantine)
+	t.mu.Unlock()
+	if d := time.Until(ready); d > 0 {
+		if ready.After(deadline) {
+			return fmt.Errorf("%w: the fallback opens %v after Redis failed (quarantine), later than the wait allows", ErrUnavailable, t.cfg.quarantine)
+		}
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if t.witness != nil {
+		others, err := t.witness.OthersSawRedis(ctx, t.c.id, t.cfg.quarantine)
+		if err != nil {
+			return err
+		}
+		if others {
+			return fmt.Errorf("%w: other clients still reach Redis; a fallback grant could overlap their holds (FallbackStrict)", ErrUnavailable)
+		}
+	}
+	return nil
+}
+
+// redisWorked records a Redis grant: the outage, if any, is over, and the
+// recovery window starts.
+func (t *tiers) redisWorked(fctx context.Context) {
+	if tok := TokenFrom(fctx); tok > t.maxToken.Load() {
+		for {
+			cur := t.maxToken.Load()
+			if tok <= cur || t.maxToken.CompareAndSwap(cur, tok) {
+				break
+			}
+		}
+	}
+	now := time.Now()
+	t.mu.Lock()
+	if !t.downSince.IsZero() {
+		t.downSince = time.Time{}
+		t.recoveryUntil = now.Add(t.cfg.recovery)
+	}
+	witness := t.witness != nil && now.Sub(t.lastWitness) > t.cfg.quarantine/4
+	if witness {
+		t.lastWitness = now
+	}
+	t.mu.Unlock()
+	if witness {
+		t.c.detach(func(ctx context.Context) { _ = t.witness.SawRedis(ctx, t.c.id) })
+	}
+}
+
+func (t *tiers) redisFailed() {
+	t.mu.Lock()
+	if t.downSince.IsZero() {
+		t.downSince = time.Now()
+	}
+	t.mu.Unlock()
+}
+
+func (t *tiers) recovering() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Now().Before(t.recoveryUntil)
+}
+
+// isInfrastructure reports whether err means Redis could not be used, as
+// opposed to contention, a cancelled ctx or a caller's mistake.
+func isInfrastructure(err error) bool {
+	if err == nil || errors.Is(err, ErrWaitTimeout) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUpgrade) {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReplicated) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	for _, prefix := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// FallbackReason names the class of a Redis failure that made WithLock fall
+// back, for metrics with few label values: "breaker_open", "refused",
+// "reset", "timeout", "readonly", "loading", "masterdown", "clusterdown",
+// "unavailable" or "other". Safe for concurrent use.
+func FallbackReason(err error) string {
+	switch {
+	case errors.Is(err, errBreakerOpen) || errors.Is(err, errOpenBreaker):
+		return "breaker_open"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "reset"
+	case redis.HasErrorPrefix(err, "READONLY"):
+		return "readonly"
+	case redis.HasErrorPrefix(err, "LOADING"):
+		return "loading"
+	case redis.HasErrorPrefix(err, "MASTERDOWN"):
+		return "masterdown"
+	case redis.HasErrorPrefix(err, "CLUSTERDOWN"):
+		return "clusterdown"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
+		return "timeout"
+	}
+	return "other"
+}
+
+// errOpenBreaker marks a refusal by any Breaker (gobreaker's included).
+var errOpenBreaker = errors.New("dlock: circuit breaker refused the call")
