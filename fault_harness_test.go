@@ -561,7 +561,6 @@ func (s *scenario) grantsAfter(t0 time.Time) int {
 	return n
 }
 
-
 // contend starts perClient goroutines per Client, each running
 // withLockLoop on o; the returned function stops them and waits.
 func (s *scenario) contend(cs []*dlock.Client, perClient int, o holdOpts, seed uint64, lo, hi time.Duration) (stop func()) {
