@@ -632,3 +632,18 @@ func knownDefect(t *testing.T, scenario, faults string, n int) {
 	}
 	recordSkip(t, scenario, faults, fmt.Sprintf("defect %d of issue 13: fixed in the core reshape", n))
 }
+
+// newDefect skips a scenario that fails because of a defect this suite
+// found beyond issue 13's list, reported to the lead with the failing
+// test; remove the call once it is fixed. DLOCK_FAULT_DEFECTS=1 runs it.
+func newDefect(t *testing.T, scenario, faults, what string) {
+	t.Helper()
+	if os.Getenv("DLOCK_FAULT_DEFECTS") != "" {
+		return
+	}
+	why := "new defect found by the fault suite: " + what
+	if scenario == "" {
+		t.Skip(why)
+	}
+	recordSkip(t, scenario, faults, why)
+}
