@@ -1,0 +1,5 @@
+//go:build race
+
+package dlock_test
+
+const raceEnabled = true

@@ -1,0 +1,254 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// This file changes a running Cluster's layout for fault tests: a replica
+// for a master, a slot migration, a manual failover. After any of them,
+// Cluster.SlotNode and the ranges it reports describe the layout the cluster
+// was started with; ask the servers (SlotOwner) instead.
+
+// NodeID returns a cluster node's id (CLUSTER MYID). Safe for concurrent
+// use.
+func NodeID(ctx context.Context, r *Redis) (string, error) {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "MYID")
+	if err != nil {
+		return "", fmt.Errorf("testenv: node %s: CLUSTER MYID: %w", r.Addr(), err)
+	}
+	return replyString(v)
+}
+
+// KeySlot returns the cluster slot of key as node r computes it (CLUSTER
+// KEYSLOT). Safe for concurrent use.
+func KeySlot(ctx context.Context, r *Redis, key string) (int, error) {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		return 0, fmt.Errorf("testenv: CLUSTER KEYSLOT %s: %w", key, err)
+	}
+	n, _ := v.(int64)
+	return int(n), nil
+}
+
+// SlotOwner returns the address of the master that serves slot, as node r
+// sees it now (CLUSTER SLOTS). Safe for concurrent use.
+func SlotOwner(ctx context.Context, r *Redis, slot int) (string, error) {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "SLOTS")
+	if err != nil {
+		return "", fmt.Errorf("testenv: node %s: CLUSTER SLOTS: %w", r.Addr(), err)
+	}
+	arr, _ := v.([]any)
+	for _, e := range arr {
+		sl, _ := e.([]any)
+		if len(sl) < 3 {
+			continue
+		}
+		lo, _ := sl[0].(int64)
+		hi, _ := sl[1].(int64)
+		if int64(slot) < lo || int64(slot) > hi {
+			continue
+		}
+		m, _ := sl[2].([]any)
+		if len(m) < 2 {
+			break
+		}
+		host, _ := m[0].(string)
+		port, _ := m[1].(int64)
+		return net.JoinHostPort(host, strconv.FormatInt(port, 10)), nil
+	}
+	return "", fmt.Errorf("testenv: node %s: slot %d has no owner", r.Addr(), slot)
+}
+
+// AddReplica starts a cluster-enabled redis-server, joins it to the cluster
+// and makes it a replica of master (CLUSTER REPLICATE), returning once its
+// replication link is up and every node knows it. It is stopped in
+// t.Cleanup. Must be called from the test's goroutine.
+func (c *Cluster) AddReplica(t testing.TB, master *Redis) *Redis {
+	t.Helper()
+	r, err := startClusterNode(RedisConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("testenv: cluster replica %s output:\n%s", r.Addr(), r.Log())
+		}
+		if err := r.Stop(); err != nil {
+			t.Errorf("testenv: stop cluster replica %s: %v", r.Addr(), err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := c.addReplica(ctx, r, master); err != nil {
+		t.Fatalf("%v\n%s", err, r.Log())
+	}
+	return r
+}
+
+func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
+	host, port, _ := net.SplitHostPort(master.Addr())
+	bus, err := clusterBusPort(ctx, master)
+	if err != nil {
+		return err
+	}
+	if _, err := rawDo(ctx, r.Addr(), "CLUSTER", "MEET", host, port, strconv.Itoa(bus)); err != nil {
+		return fmt.Errorf("testenv: CLUSTER MEET: %w", err)
+	}
+	id, err := NodeID(ctx, master)
+	if err != nil {
+		return err
+	}
+	want := strconv.Itoa(len(c.nodes) + 1)
+	err = waitFor(ctx, "the new node to know the cluster", func() (bool, error) {
+		v, err := rawDo(ctx, r.Addr(), "CLUSTER", "INFO")
+		if err != nil {
+			return false, err
+		}
+		s, _ := v.(string)
+		info := parseInfo(s)
+		if info["cluster_known_nodes"] != want || info["cluster_state"] != "ok" {
+			return false, fmt.Errorf("known nodes %s, state %s", info["cluster_known_nodes"], info["cluster_state"])
+		}
+		// REPLICATE needs the master known by id with its address.
+		_, err = rawDo(ctx, r.Addr(), "CLUSTER", "REPLICATE", id)
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "the replica's link and every node's view", func() (bool, error) {
+		info, err := r.Info(ctx, "replication")
+		if err != nil {
+			return false, err
+		}
+		if info["master_link_status"] != "up" {
+			return false, fmt.Errorf("master_link_status %q", info["master_link_status"])
+		}
+		for _, n := range c.nodes {
+			v, err := rawDo(ctx, n.Addr(), "CLUSTER", "NODES")
+			if err != nil {
+				return false, err
+			}
+			s, _ := v.(string)
+			if !strings.Contains(s, r.Addr()) {
+				return false, fmt.Errorf("node %s does not know %s yet", n.Addr(), r.Addr())
+			}
+		}
+		return true, nil
+	})
+}
+
+// MigrateSlot moves slot from one master to another while clients keep
+// using it, the way redis-cli --cluster reshard does: SETSLOT IMPORTING on
+// the target, MIGRATING on the source, MIGRATE of its keys in batches, then
+// SETSLOT NODE on both and on every other master. Clients meet ASK and
+// TRYAGAIN during the move and MOVED after it. Safe for concurrent use, but
+// not with another change of the same slot.
+func (c *Cluster) MigrateSlot(ctx context.Context, slot int, from, to *Redis) error {
+	fromID, err := NodeID(ctx, from)
+	if err != nil {
+		return err
+	}
+	toID, err := NodeID(ctx, to)
+	if err != nil {
+		return err
+	}
+	s := strconv.Itoa(slot)
+	if _, err := rawDo(ctx, to.Addr(), "CLUSTER", "SETSLOT", s, "IMPORTING", fromID); err != nil {
+		return fmt.Errorf("testenv: SETSLOT IMPORTING: %w", err)
+	}
+	if _, err := rawDo(ctx, from.Addr(), "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
+		return fmt.Errorf("testenv: SETSLOT MIGRATING: %w", err)
+	}
+	host, port, _ := net.SplitHostPort(to.Addr())
+	for {
+		v, err := rawDo(ctx, from.Addr(), "CLUSTER", "GETKEYSINSLOT", s, "100")
+		if err != nil {
+			return fmt.Errorf("testenv: GETKEYSINSLOT: %w", err)
+		}
+		keys, _ := v.([]any)
+		if len(keys) == 0 {
+			break
+		}
+		args := []string{"MIGRATE", host, port, "", "0", "5000", "REPLACE", "KEYS"}
+		for _, k := range keys {
+			ks, _ := k.(string)
+			args = append(args, ks)
+		}
+		if _, err := rawDo(ctx, from.Addr(), args...); err != nil {
+			return fmt.Errorf("testenv: MIGRATE: %w", err)
+		}
+	}
+	// The target first, then the source, then the others (as redis-cli).
+	if _, err := rawDo(ctx, to.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
+		return fmt.Errorf("testenv: SETSLOT NODE on the target: %w", err)
+	}
+	if _, err := rawDo(ctx, from.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
+		return fmt.Errorf("testenv: SETSLOT NODE on the source: %w", err)
+	}
+	for _, n := range c.nodes {
+		if n == from || n == to {
+			continue
+		}
+		if _, err := rawDo(ctx, n.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
+			return fmt.Errorf("testenv: SETSLOT NODE on %s: %w", n.Addr(), err)
+		}
+	}
+	return waitFor(ctx, "every master to agree on the slot's owner", func() (bool, error) {
+		for _, n := range c.nodes {
+			owner, err := SlotOwner(ctx, n, slot)
+			if err != nil {
+				return false, err
+			}
+			if owner != to.Addr() {
+				return false, fmt.Errorf("node %s says slot %d is on %s", n.Addr(), slot, owner)
+			}
+		}
+		return true, nil
+	})
+}
+
+// Failover runs a manual failover (CLUSTER FAILOVER, no option) on replica:
+// its master stops serving clients until the replica has caught up, then
+// the replica takes over its slots with no write lost. It returns once the
+// replica is a master and every node of the cluster says so. Safe for
+// concurrent use.
+func (c *Cluster) Failover(ctx context.Context, replica *Redis) error {
+	if _, err := rawDo(ctx, replica.Addr(), "CLUSTER", "FAILOVER"); err != nil {
+		return fmt.Errorf("testenv: CLUSTER FAILOVER: %w", err)
+	}
+	id, err := NodeID(ctx, replica)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(setupTimeout)
+	return waitFor(ctx, "the replica to be master everywhere", func() (bool, error) {
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("testenv: failover of %s did not finish", replica.Addr())
+		}
+		for _, n := range append(c.Nodes(), replica) {
+			v, err := rawDo(ctx, n.Addr(), "CLUSTER", "NODES")
+			if err != nil {
+				return false, err
+			}
+			s, _ := v.(string)
+			ok := false
+			for _, line := range strings.Split(s, "\n") {
+				f := strings.Fields(line)
+				if len(f) > 2 && f[0] == id && strings.Contains(f[2], "master") {
+					ok = true
+				}
+			}
+			if !ok {
+				return false, fmt.Errorf("node %s does not see %s as master yet", n.Addr(), replica.Addr())
+			}
+		}
+		return true, nil
+	})
+}
