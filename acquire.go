@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/notify"
+	"github.com/dlock-dev/dlock/internal/renew"
 )
 
 // lockRequest is one lock call's wait and lease.
@@ -317,6 +318,23 @@ func (a *acquisition) giveUp() {
 func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, claim time.Duration) (bool, error) {
 	h := a.h
 	a.granted = true
+	ttl := a.ttl
+	if claim > 0 {
+		ttl = min(ttl, claim)
+	}
+	if time.Since(sent) > ttl/3 {
+		// The grant took long to arrive (a cold connection, a slow link):
+		// too little of its TTL is left to vouch for it. One renewal
+		// confirms it, counted from that call, before anyone relies on it.
+		var err error
+		if sent, err = h.confirm(ctx, ttl); err != nil {
+			h.c.detach(func(dctx context.Context) { h.undo(dctx, queueing{}, true) })
+			if h.c.closed.Load() {
+				err = ErrClosed
+			}
+			return false, err
+		}
+	}
 	if !h.granted(token, sent, a.lease, claim) {
 		// Close has begun and already released what it knew of.
 		h.end(lossError(h.name, ErrClosed, nil), nil)
@@ -331,6 +349,31 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, c
 		}
 	}
 	return true, nil
+}
+
+// confirm renews a grant the caller has not seen yet, and returns when the
+// renewal was sent: the hold is certain for ttl from then. A grant that is
+// no longer ours is an error wrapping ErrLockLost; nobody relied on it.
+func (h *hold) confirm(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	sent := time.Now()
+	code, _, err := roundTrip(h.c, ctx, func(ctx context.Context) (int64, error) {
+		e := renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), Holder: h}
+		if e.Kind == 'r' {
+			e.Set = h.ks.Readers
+		}
+		codes, err := h.c.renewBatch(ctx, []*renew.Entry{&e}, []int64{ms(ttl)})
+		if err != nil {
+			return 0, err
+		}
+		return codes[0], nil
+	}, nil)
+	switch {
+	case err != nil:
+		return sent, err
+	case code != renew.Held:
+		return sent, lossError(h.name, goneReason(code), nil)
+	}
+	return sent, nil
 }
 
 // join registers the caller with the Client's pub/sub hub and makes its

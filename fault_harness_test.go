@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -622,28 +621,3 @@ func (s *scenario) contend(cs []*dlock.Client, perClient int, o holdOpts, seed u
 	return func() { close(done); wg.Wait() }
 }
 
-// knownDefect skips a scenario that fails only because of one of the
-// defects listed in issue 13, which the core reshape fixes: remove the call
-// once the fix has landed. DLOCK_FAULT_DEFECTS=1 runs the scenario anyway.
-func knownDefect(t *testing.T, scenario, faults string, n int) {
-	t.Helper()
-	if os.Getenv("DLOCK_FAULT_DEFECTS") != "" {
-		return
-	}
-	recordSkip(t, scenario, faults, fmt.Sprintf("defect %d of issue 13: fixed in the core reshape", n))
-}
-
-// newDefect skips a scenario that fails because of a defect this suite
-// found beyond issue 13's list, reported to the lead with the failing
-// test; remove the call once it is fixed. DLOCK_FAULT_DEFECTS=1 runs it.
-func newDefect(t *testing.T, scenario, faults, what string) {
-	t.Helper()
-	if os.Getenv("DLOCK_FAULT_DEFECTS") != "" {
-		return
-	}
-	why := "new defect found by the fault suite: " + what
-	if scenario == "" {
-		t.Skip(why)
-	}
-	recordSkip(t, scenario, faults, why)
-}

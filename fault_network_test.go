@@ -27,7 +27,6 @@ func randWork(seed uint64, lo, hi time.Duration) func() time.Duration {
 // so there must be no overlap, no stale write, no leak, and no holder told of
 // a loss it did not suffer.
 func TestFaultConnectionResets(t *testing.T) {
-	knownDefect(t, "connection resets", "RST of one Client's connections every 100 ms", 3)
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "connection resets", r)
 	const clients, perClient = 3, 2
@@ -171,7 +170,6 @@ func TestFaultPartitionPastTTL(t *testing.T) {
 // trips (connection handshake, NOSCRIPT then EVAL), renewals arrive late in
 // their period. Nothing is lost: no overlap, no holder told of a loss.
 func TestFaultLatencyUnderRenewalPeriod(t *testing.T) {
-	knownDefect(t, "latency under a third of the watchdog", "135 ms each way on every connection (round trip 90% of the renewal period)", 2)
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "latency under a third of the watchdog", r)
 	const watchdog = 900 * time.Millisecond

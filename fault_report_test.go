@@ -76,13 +76,6 @@ func record(t *testing.T, r reportRow) {
 	}
 }
 
-// recordSkip records a row for a scenario that is skipped, and skips.
-func recordSkip(t *testing.T, scenario, faults, why string) {
-	t.Helper()
-	record(t, reportRow{Scenario: scenario, Faults: faults, Signal: -1, Skipped: why})
-	t.Skip(why)
-}
-
 func formatDuration(d time.Duration) string {
 	if d < 0 {
 		return "–"

@@ -64,9 +64,11 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	h := m.testHold()
 	rdb := rdbFor(t, r)
 	// A fencing counter exists, as it does for every granted lock.
-	if res, err := h.attemptRaw(ctx, time.Minute, 0, "", false); err != nil || res.v[0] != 1 {
+	res, err := h.attemptRaw(ctx, time.Minute, 0, "", false)
+	if err != nil || res.v[0] != 1 {
 		t.Fatal(res, err)
 	}
+	h.token = uint64(res.v[2])
 	rdb.HSet(ctx, "idem-release", h.field(), 3)
 	release := func(expected int) []int64 {
 		t.Helper()

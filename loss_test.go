@@ -237,3 +237,25 @@ func TestInspectNotALock(t *testing.T) {
 		t.Fatalf("Inspect of a string = %v, want ErrNotLock", err)
 	}
 }
+
+// A release that finds its field gone after Redis lost its data reports the
+// loss, even when another owner's grant has meanwhile started a new fencing
+// sequence (so the counter exists again): the sequence began after the
+// holder's token was issued, which only a loss of data explains.
+func TestReleaseAfterDataLossAndRegrant(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	m := a.Mutex("regrant")
+	mustLock(t, m)
+	time.Sleep(10 * time.Millisecond)
+	if err := rdbFor(t, r).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := b.Mutex("regrant")
+	mustLock(t, other)
+	mustUnlock(t, other)
+	if err := m.Unlock(ctx); !errors.Is(err, ErrDataLost) {
+		t.Fatalf("Unlock after FLUSHALL and another grant = %v, want ErrDataLost", err)
+	}
+}

@@ -120,7 +120,7 @@ func (p mutexProtocol) attempt(ctx context.Context, h *hold, ttl time.Duration, 
 
 func (mutexProtocol) release(ctx context.Context, h *hold, count int, all bool) *redis.Cmd {
 	a := &h.c.arg
-	return scriptRelease.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs, flag(all))
+	return scriptRelease.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs, flag(all), h.token)
 }
 
 func (mutexProtocol) leave(ctx context.Context, h *hold, q queueing) *redis.Cmd {
@@ -151,7 +151,7 @@ func (writeProtocol) attempt(ctx context.Context, h *hold, ttl time.Duration, co
 }
 
 func (writeProtocol) release(ctx context.Context, h *hold, count int, all bool) *redis.Cmd {
-	return scriptRWUnlock.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, flag(all), "w")
+	return scriptRWUnlock.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, flag(all), "w", h.token, h.c.arg.fenceTTLMs)
 }
 
 func (writeProtocol) leave(ctx context.Context, h *hold, q queueing) *redis.Cmd {
@@ -174,7 +174,7 @@ func (readProtocol) attempt(ctx context.Context, h *hold, ttl time.Duration, cou
 }
 
 func (readProtocol) release(ctx context.Context, h *hold, count int, all bool) *redis.Cmd {
-	return scriptRWUnlock.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, flag(all), "r")
+	return scriptRWUnlock.run(ctx, h.c.rdb, h.keys, h.fieldArg, count, flag(all), "r", h.token, h.c.arg.fenceTTLMs)
 }
 
 func (readProtocol) leave(context.Context, *hold, queueing) *redis.Cmd { return nil }

@@ -85,6 +85,12 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 	}
 	h.mu.Lock()
 	renewing := final && h.renewing
+	if final && h.err == nil && h.timer != nil {
+		// The protected work is over and the hold was certain until now:
+		// the release's own answer decides whether it was lost, not a
+		// deadline that passes while the release is on its way.
+		h.timer.Stop()
+	}
 	h.mu.Unlock()
 	if renewing {
 		c.renewer.Remove(&h.renewal) // no renewal may race the release
@@ -122,13 +128,16 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 	lost = h.err
 	h.mu.Unlock()
 	if remaining > 0 {
-		if renewing && lost == nil {
-			// Redis had more holds than we knew (a re-entry whose reply was
-			// lost): the hold goes on, so must its renewal.
+		// Redis had more holds than we knew (a re-entry whose reply was
+		// lost): the hold goes on, so must its deadline and renewal.
+		if final && lost == nil {
 			h.mu.Lock()
-			h.renewing = true
+			h.timer.Reset(time.Until(h.validUntil)) // stopped for the release
+			h.renewing = renewing
 			h.mu.Unlock()
-			c.renewer.Add(&h.renewal, time.Now())
+			if renewing {
+				c.renewer.Add(&h.renewal, time.Now())
+			}
 		}
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +56,13 @@ var (
 type script struct {
 	src any // the source, boxed once
 	sha any // its SHA1 in hex, boxed once
+	// loaded is set once an EVAL of the source succeeded: until then the
+	// source is sent at once, rather than an EVALSHA that is sure to meet
+	// NOSCRIPT and cost a round trip more, on the first call, when a
+	// connection may be cold too and a slow grant would eat the hold's TTL.
+	// It is a hint shared by every Client: a server that lost its scripts
+	// still answers NOSCRIPT, and the call is resent as EVAL.
+	loaded atomic.Bool
 }
 
 func newScript(src string) *script {
@@ -66,6 +74,20 @@ func newScript(src string) *script {
 // (constants and per-handle values are boxed once and reused).
 func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	if !s.loaded.Load() {
+		cmdArgs = append(cmdArgs, "eval", s.src, len(keys))
+		cmdArgs = append(cmdArgs, keys...)
+		cmdArgs = append(cmdArgs, args...)
+		cmd := redis.NewCmd(ctx, cmdArgs...)
+		if len(keys) > 0 {
+			cmd.SetFirstKeyPos(3)
+		}
+		_ = rdb.Process(ctx, cmd)
+		if err := cmd.Err(); err == nil || isRedisError(err) && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			s.loaded.Store(true)
+		}
+		return cmd
+	}
 	cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
 	cmdArgs = append(cmdArgs, keys...)
 	cmdArgs = append(cmdArgs, args...)

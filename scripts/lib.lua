@@ -14,13 +14,24 @@
 local GONE, FORCED, DATA_LOST = 0, 2, 3
 
 -- why_gone tells why field is not in the lock: FORCED when ForceUnlock took
--- the lock from it (its name is in the forced set), DATA_LOST when the
--- fencing counter is gone too (Redis lost its data: a restart without
--- persistence, FLUSHALL, a failover that lost the writes), else GONE (it
--- expired, or another owner has it).
-local function why_gone(fence, forced, field)
+-- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
+-- the lock's data (a restart without persistence, FLUSHALL, a failover that
+-- lost the writes): the fencing counter is gone, or, when the holder's token
+-- is given, the counter's sequence began after that token was issued (a
+-- sequence's start is its TTL's start: fence_ttl less what is left of it, and
+-- a sequence's tokens never run ahead of the clock); else GONE (it expired,
+-- another owner has it, or the holder's own release already ran).
+local function why_gone(fence, forced, field, token, fence_ttl)
   if redis.call('sismember', forced, field) == 1 then return FORCED end
-  if redis.call('exists', fence) == 0 then return DATA_LOST end
+  local left = redis.call('pttl', fence)
+  if left < 0 then return DATA_LOST end
+  if token and fence_ttl then
+    local t = redis.call('time')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local start_us = (now_ms - (tonumber(fence_ttl) - left)) * 1000
+    -- 2ms of slack for the TTL's and the clock's millisecond rounding.
+    if tonumber(token) < start_us - 2000 then return DATA_LOST end
+  end
   return GONE
 end
 

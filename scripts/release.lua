@@ -5,6 +5,7 @@
 -- ARGV[3] hand-off claim window in ms
 -- ARGV[4] fencing counter ttl in ms
 -- ARGV[5] '1' to drop every hold of this owner at once
+-- ARGV[6] the hold's fencing token
 -- Returns {1, remaining count}, or {0, why} when the caller holds nothing
 -- (why_gone's code).
 --
@@ -14,7 +15,7 @@
 -- whose hold could not have expired yet, knows it was its own release.
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
 if not cnt then
-  return {0, why_gone(KEYS[2], KEYS[4], ARGV[1])}
+  return {0, why_gone(KEYS[2], KEYS[4], ARGV[1], ARGV[6], ARGV[4])}
 end
 cnt = tonumber(cnt)
 local expected = tonumber(ARGV[2])

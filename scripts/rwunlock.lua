@@ -3,6 +3,8 @@
 -- ARGV[2] the hold count the caller believes it has
 -- ARGV[3] '1' to drop every hold of this side at once
 -- ARGV[4] 'r' or 'w': the side
+-- ARGV[5] the hold's fencing token
+-- ARGV[6] fencing counter ttl in ms
 -- Returns {1, remaining count}, or {0, why} when the caller holds nothing
 -- (why_gone's code; a resent final release finds GONE, see release.lua).
 --
@@ -14,7 +16,7 @@ rw_purge(now)
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
 local expected = tonumber(ARGV[2])
 if not cnt then
-  return {0, why_gone(KEYS[2], KEYS[5], ARGV[1])}
+  return {0, why_gone(KEYS[2], KEYS[5], ARGV[1], ARGV[5], ARGV[6])}
 end
 cnt = tonumber(cnt)
 if ARGV[3] ~= '1' then

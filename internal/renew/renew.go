@@ -295,6 +295,11 @@ func (r *Renewer) call(b []*Entry) {
 	for i, e := range b {
 		e.inflight = nil
 		if e.removed {
+			// Removed while the call was in flight (a release waits for it):
+			// a renewal that found the lock held still vouches for it.
+			if err == nil && codes[i] == Held {
+				renewed = append(renewed, e)
+			}
 			continue
 		}
 		switch {
