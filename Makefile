@@ -1,6 +1,6 @@
 # dlock developer and CI entry points. Targets:
-#   make deps   - install missing system programs (redis-server, redis-tools;
-#                 with DLOCK_SQL_TESTS=1 also mariadb-server, postgresql)
+#   make deps   - install missing system programs (redis-server, redis-tools,
+#                 mariadb-server, postgresql)
 #   make test   - deps, go vet, race tests (what .ci/run runs)
 #   make bench  - run the benchmark program (separate module in bench/)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)

@@ -5,8 +5,8 @@
 #                              internal/testenv starts private servers, and
 #                              Sentinel as "redis-server --sentinel".
 #   redis-cli, redis-benchmark (package redis-tools): debugging, benchmarks.
-#   mariadbd, initdb          (packages mariadb-server, postgresql): only
-#                              when DLOCK_SQL_TESTS=1.
+#   mariadbd, initdb          (packages mariadb-server, postgresql): the
+#                              sqllock tests start private servers; always.
 #
 # When something is missing: as root, installs it with apt-get (running
 # apt-get update only if the install fails without it); otherwise prints
@@ -33,10 +33,8 @@ have redis-server || missing+=(redis-server)
 if ! have redis-cli || ! have redis-benchmark; then
 	missing+=(redis-tools)
 fi
-if [[ "${DLOCK_SQL_TESTS:-0}" == 1 ]]; then
-	have mariadbd || missing+=(mariadb-server)
-	have_initdb || missing+=(postgresql)
-fi
+have mariadbd || missing+=(mariadb-server)
+have_initdb || missing+=(postgresql)
 
 if ((${#missing[@]} == 0)); then
 	echo "deps: ok ($(redis-server --version | cut -d' ' -f1-3))"
