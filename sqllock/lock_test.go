@@ -380,9 +380,9 @@ func TestWaitTimeout(t *testing.T) {
 	})
 }
 
-// TestWaitIsHandedOver: a waiter blocked in the database's own queue gets
-// the lock as soon as the holder releases (event-driven: no polling
-// interval to wait out), well inside its wait.
+// TestWaitIsHandedOver: a waiter blocked in the database's own queue (no
+// polling) gets the lock once the holder releases, inside its wait, with a
+// greater token.
 func TestWaitIsHandedOver(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
 		db1, db2 := b.open(t), b.open(t)
@@ -393,23 +393,23 @@ func TestWaitIsHandedOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan uint64, 1)
+		var tok uint64
+		done := make(chan error, 1)
 		go func() {
-			err := l2.WithLock(ctx, name, func(ctx context.Context) error {
-				got <- dlock.TokenFrom(ctx)
+			done <- l2.WithLock(ctx, name, func(ctx context.Context) error {
+				tok = dlock.TokenFrom(ctx)
 				return nil
 			}, dlock.WaitTime(30*time.Second))
-			if err != nil {
-				t.Error(err)
-				got <- 0
-			}
 		}()
 		eventually(t, 10*time.Second, "waiter pinned a session", func() bool { return db2.Stats().InUse == 1 })
 		time.Sleep(100 * time.Millisecond) // let it queue on the server
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if tok := <-got; tok <= h.Token() {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if tok <= h.Token() {
 			t.Fatalf("waiter's token %d not above the holder's %d", tok, h.Token())
 		}
 	})

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"os"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
@@ -25,6 +27,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The driver logs connections that tests kill on purpose.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	os.Exit(testenv.MainSQL(m, "sqllock", &sharedMy, &sharedPG, checkServers))
 }
 
@@ -55,6 +59,8 @@ type backend struct {
 	killQuery   string
 	// nowMicros is the server clock in microseconds.
 	nowMicros string
+	// waitersQuery counts sessions blocked waiting for a named lock.
+	waitersQuery string
 }
 
 func backends() []backend {
@@ -69,7 +75,8 @@ func backends() []backend {
 				return "SELECT IS_USED_LOCK(?)", []any{sqllock.MySQLLockName(name)}
 			},
 			killQuery: "KILL CONNECTION %d",
-			nowMicros: "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+			nowMicros:    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+			waitersQuery: "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(%'",
 		},
 		{
 			name:          "postgres",
@@ -83,7 +90,8 @@ func backends() []backend {
 					[]any{int64(k >> 32), int64(k & 0xffffffff)}
 			},
 			killQuery: "SELECT pg_terminate_backend(%d)",
-			nowMicros: "SELECT (extract(epoch from clock_timestamp()) * 1000000)::bigint",
+			nowMicros:    "SELECT (extract(epoch from clock_timestamp()) * 1000000)::bigint",
+			waitersQuery: "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
 		},
 	}
 }
@@ -225,13 +233,12 @@ func (b backend) waitFree(t testing.TB, admin *sql.DB, name string) {
 	eventually(t, 5*time.Second, fmt.Sprintf("%s lock %q free", b.name, name), func() bool { return b.holder(t, admin, name) == 0 })
 }
 
-// waitSessions waits until the server has n sessions besides the asking
-// one.
-func (b backend) waitSessions(t testing.TB, admin *sql.DB, n int) {
+// waiters returns how many sessions wait for a named lock on the server.
+func (b backend) waiters(t testing.TB, admin *sql.DB) int {
 	t.Helper()
-	var got int
-	eventually(t, 10*time.Second, fmt.Sprintf("%s back to %d sessions", b.name, n), func() bool {
-		got = b.sessions(t, admin)
-		return got == n
-	})
+	var n int
+	if err := admin.QueryRowContext(ctxT(t, 5*time.Second), b.waitersQuery).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
