@@ -74,7 +74,7 @@ func backends() []backend {
 			holderQuery: func(name string) (string, []any) {
 				return "SELECT IS_USED_LOCK(?)", []any{sqllock.MySQLLockName(name)}
 			},
-			killQuery: "KILL CONNECTION %d",
+			killQuery:    "KILL CONNECTION %d",
 			nowMicros:    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
 			waitersQuery: "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(%'",
 		},
@@ -89,7 +89,7 @@ func backends() []backend {
 				return "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 LIMIT 1",
 					[]any{int64(k >> 32), int64(k & 0xffffffff)}
 			},
-			killQuery: "SELECT pg_terminate_backend(%d)",
+			killQuery:    "SELECT pg_terminate_backend(%d)",
 			nowMicros:    "SELECT (extract(epoch from clock_timestamp()) * 1000000)::bigint",
 			waitersQuery: "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
 		},
