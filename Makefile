@@ -14,9 +14,10 @@ GOFMT ?= gofmt
 TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2
 PKGS ?= ./...
 # Every module of the repository but bench/ (run by make bench): the library,
-# then the integrations and the CLI, each with its own go.mod (go.work joins
-# them for development).
-MODULES ?= . ./dlockprom ./dlockotel ./cmd/dlock
+# then the integrations (sqllock: the SQL fallback tier, tested against
+# private mariadbd and PostgreSQL servers) and the CLI, each with its own
+# go.mod (go.work joins them for development).
+MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./cmd/dlock
 
 .PHONY: all deps vet test bench fmt fmt-fix lint
 

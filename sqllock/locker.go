@@ -142,9 +142,10 @@ func (l *Locker) isClosed() bool {
 // cancelled with that cause), then the locks are released and the sessions
 // returned to the pool; calls waiting for a lock return an error wrapping
 // dlock.ErrClosed. Close waits for that work, each statement of which is
-// bounded by OpTimeout. Later calls of any method return dlock.ErrClosed;
-// Close itself is idempotent (later calls return nil). It does not close
-// the *sql.DB. Safe for concurrent use.
+// bounded by OpTimeout. Later Setup, Acquire and WithLock calls return
+// dlock.ErrClosed before any network call; Close itself is idempotent
+// (later calls return nil). It does not close the *sql.DB. Safe for
+// concurrent use.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
