@@ -141,7 +141,6 @@ func (h *Hold) keep() {
 	l := h.l
 	defer l.bg.Done()
 	defer close(h.exited)
-	defer l.untrack(h)
 	tick := time.NewTicker(l.cfg.checkInterval)
 	defer tick.Stop()
 	var leaseEnd <-chan time.Time

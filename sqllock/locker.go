@@ -34,7 +34,6 @@ type Locker struct {
 
 	mu     sync.Mutex
 	closed bool
-	holds  map[*Hold]struct{}
 
 	bg sync.WaitGroup // hold keepers and session kills
 }
@@ -83,7 +82,6 @@ func newLocker(db *sql.DB, d dialect, opts []Option) (*Locker, error) {
 		d:     d,
 		cfg:   cfg,
 		slots: make(chan struct{}, cfg.maxSessions),
-		holds: make(map[*Hold]struct{}),
 	}
 	l.closeCtx, l.closeNow = context.WithCancel(context.Background())
 	return l, nil
@@ -325,7 +323,6 @@ func (l *Locker) acquire(ctx context.Context, name string, set dlock.LockSetting
 		h.unlockAndReturn()
 		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, dlock.ErrClosed)
 	}
-	l.holds[h] = struct{}{}
 	l.bg.Add(1)
 	l.mu.Unlock()
 	go h.keep()
@@ -362,10 +359,4 @@ func (l *Locker) abandon(c *sql.Conn, s *session) {
 		defer cancel()
 		_ = l.d.kill(ctx, l.db, *s)
 	}()
-}
-
-func (l *Locker) untrack(h *Hold) {
-	l.mu.Lock()
-	delete(l.holds, h)
-	l.mu.Unlock()
 }
