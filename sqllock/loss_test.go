@@ -155,28 +155,27 @@ func TestCancelWhileBlocked(t *testing.T) {
 		}
 
 		for _, how := range []string{"cancel", "deadline"} {
-			var cctx context.Context
-			var cancel context.CancelFunc
-			if how == "cancel" {
-				cctx, cancel = context.WithCancel(ctx)
-				go func() {
-					// Cancel once the call waits on the server.
-					for b.waiters(t, admin) == 0 {
-						time.Sleep(5 * time.Millisecond)
-					}
-					cancel()
-				}()
-			} else {
-				cctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
-				go func() {
-					for b.waiters(t, admin) == 0 && cctx.Err() == nil {
-						time.Sleep(5 * time.Millisecond)
-					}
-					if cctx.Err() != nil {
-						t.Error("the call never waited on the server")
-					}
-				}()
+			cctx, cancel := context.WithCancel(ctx)
+			if how == "deadline" {
+				cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
 			}
+			// Watch the server: cancel (in the "cancel" case) once the call
+			// waits there; either way, record that it did wait there.
+			waited := make(chan bool, 1)
+			go func() {
+				for cctx.Err() == nil {
+					var n int
+					if err := admin.QueryRowContext(cctx, b.waitersQuery).Scan(&n); err == nil && n > 0 {
+						waited <- true
+						if how == "cancel" {
+							cancel()
+						}
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				waited <- false
+			}()
 			start := time.Now()
 			err := l2.WithLock(cctx, name, func(context.Context) error {
 				t.Error("fn ran")
@@ -184,11 +183,14 @@ func TestCancelWhileBlocked(t *testing.T) {
 			}, dlock.WaitTime(time.Minute))
 			returned := time.Since(start)
 			cancel()
+			if !<-waited {
+				t.Fatalf("%s: the call never waited on the server (%v)", how, err)
+			}
 			want := map[string]error{"cancel": context.Canceled, "deadline": context.DeadlineExceeded}[how]
 			if !errors.Is(err, want) {
 				t.Fatalf("%s: %v", how, err)
 			}
-			if returned > 5*time.Second {
+			if returned > 10*time.Second {
 				t.Fatalf("%s: returned %v after the start, far past its ctx", how, returned)
 			}
 			// The abandoned session no longer waits on the server.
