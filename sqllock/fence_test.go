@@ -158,3 +158,31 @@ func TestContention(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceTable: Setup creates the configured fence table (once, and
+// again harmlessly), and tokens are kept there.
+func TestFenceTable(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		db, admin := b.open(t), b.open(t)
+		table := fmt.Sprintf("fence_%d", time.Now().UnixNano())
+		ctx := ctxT(t, 30*time.Second)
+		defer func() { _, _ = admin.ExecContext(ctx, "DROP TABLE "+table) }()
+		for i := 0; i < 2; i++ {
+			l := b.newLocker(t, db, sqllock.FenceTable(table))
+			if err := l.Setup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h, err := l.Acquire(ctx, "fence-table", dlock.LockSettings{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stored uint64
+			if err := admin.QueryRowContext(ctx, "SELECT token FROM "+table).Scan(&stored); err != nil || stored != h.Token() {
+				t.Fatalf("stored token %d (%v), hold's %d", stored, err, h.Token())
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -333,7 +333,25 @@ func TestReentryAndKinds(t *testing.T) {
 		} else if !errors.Is(err, dlock.ErrWaitTimeout) {
 			t.Fatalf("MySQL read locks are exclusive; second reader: %v", err)
 		}
+		// Mutex, Fair and Write all exclude a reader and each other.
+		for _, k := range []dlock.Kind{dlock.KindMutex, dlock.KindFair, dlock.KindWrite} {
+			if _, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
+				t.Fatalf("%s beside a reader: %v", k, err)
+			}
+		}
 		if err := r1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: dlock.KindFair}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []dlock.Kind{dlock.KindMutex, dlock.KindWrite, dlock.KindRead} {
+			if _, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
+				t.Fatalf("%s beside a fair holder: %v", k, err)
+			}
+		}
+		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := r1.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {

@@ -233,6 +233,10 @@ func TestPausedServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		h2, err := l.Acquire(ctx, "paused:2", dlock.LockSettings{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := pause(); err != nil {
 			t.Fatal(err)
 		}
@@ -248,13 +252,30 @@ func TestPausedServer(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("returned after %v", d)
 		}
+		// Release returns at once when its ctx ends, whatever the server.
+		rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		start = time.Now()
+		rerr := h.Release(rctx)
+		rcancel()
+		if !errors.Is(rerr, context.DeadlineExceeded) && !errors.Is(rerr, dlock.ErrLockLost) {
+			t.Fatalf("Release on a paused server: %v", rerr)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Release returned after %v", d)
+		}
 		select {
 		case <-h.Done():
 		case <-time.After(10 * time.Second):
+			t.Fatal("hold not ended within 10s on a paused server")
+		}
+		// The other hold, taken before the pause, learns its loss.
+		select {
+		case <-h2.Done():
+		case <-time.After(10 * time.Second):
 			t.Fatal("holder not told within 10s that its session stopped answering")
 		}
-		if !errors.Is(h.Err(), dlock.ErrLockLost) {
-			t.Fatalf("Err = %v", h.Err())
+		if !errors.Is(h2.Err(), dlock.ErrLockLost) {
+			t.Fatalf("Err = %v", h2.Err())
 		}
 		start = time.Now()
 		if err := l.Close(); err != nil {
