@@ -1,6 +1,6 @@
 # dlock developer and CI entry points. Targets:
-#   make deps   - install missing system programs (redis-server, redis-tools;
-#                 with DLOCK_SQL_TESTS=1 also mariadb-server, postgresql)
+#   make deps   - install missing system programs (redis-server, redis-tools,
+#                 mariadb-server, postgresql)
 #   make test   - deps, go vet, race tests (what .ci/run runs)
 #   make bench  - run the benchmark program (separate module in bench/)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
@@ -14,9 +14,10 @@ GOFMT ?= gofmt
 TEST_FLAGS ?= -race -count=1 -timeout 20m -p 2
 PKGS ?= ./...
 # Every module of the repository but bench/ (run by make bench): the library,
-# then the integrations and the CLI, each with its own go.mod (go.work joins
-# them for development).
-MODULES ?= . ./dlockprom ./dlockotel ./cmd/dlock
+# then the integrations (sqllock: the SQL fallback tier, tested against
+# private mariadbd and PostgreSQL servers) and the CLI, each with its own
+# go.mod (go.work joins them for development).
+MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./cmd/dlock
 
 .PHONY: all deps vet test bench fmt fmt-fix lint
 

@@ -620,4 +620,3 @@ func (s *scenario) contend(cs []*dlock.Client, perClient int, o holdOpts, seed u
 	}
 	return func() { close(done); wg.Wait() }
 }
-

@@ -5,8 +5,8 @@
 #                              internal/testenv starts private servers, and
 #                              Sentinel as "redis-server --sentinel".
 #   redis-cli, redis-benchmark (package redis-tools): debugging, benchmarks.
-#   mariadbd, initdb          (packages mariadb-server, postgresql): only
-#                              when DLOCK_SQL_TESTS=1.
+#   mariadbd, initdb          (packages mariadb-server, postgresql): the
+#                              sqllock tests start private servers; always.
 #   chromium                  (package chromium): the headless browser that
 #                              tests the CLI's dashboard page (cmd/dlock).
 #
@@ -36,10 +36,8 @@ if ! have redis-cli || ! have redis-benchmark; then
 	missing+=(redis-tools)
 fi
 have chromium || missing+=(chromium)
-if [[ "${DLOCK_SQL_TESTS:-0}" == 1 ]]; then
-	have mariadbd || missing+=(mariadb-server)
-	have_initdb || missing+=(postgresql)
-fi
+have mariadbd || missing+=(mariadb-server)
+have_initdb || missing+=(postgresql)
 
 if ((${#missing[@]} == 0)); then
 	echo "deps: ok ($(redis-server --version | cut -d' ' -f1-3))"

@@ -46,6 +46,9 @@ type process struct {
 	logPath string                  // stdout+stderr of every run, appended
 	argv    func(port int) []string // full argument list for a port
 	prepare func() error            // run before every (re)start; may be nil
+	ready   func(addr string) error // nil error once serving; nil means Redis PING
+	cred    *syscall.Credential     // run as this user; nil: as ourselves
+	tree    bool                    // signals also reach children outside the group
 
 	port int    // fixed after the first successful start
 	addr string // "127.0.0.1:port"
@@ -60,13 +63,15 @@ type process struct {
 // port when the chosen one turns out to be taken. dir must already exist and
 // becomes owned by the process (removed by stop, also on failure).
 func startProcess(binary, dir string, argv func(port int) []string, prepare func() error) (*process, error) {
-	p := &process{
-		binary:  binary,
-		dir:     dir,
-		logPath: dir + "/server.log",
-		argv:    argv,
-		prepare: prepare,
-	}
+	return startProcessWith(&process{binary: binary, dir: dir, argv: argv, prepare: prepare})
+}
+
+// startProcessWith is startProcess for a server that is not redis-server:
+// p.ready tells when it serves, p.cred whom it runs as. p.binary, p.dir and
+// p.argv must be set; the port and log path are filled in.
+func startProcessWith(p *process) (*process, error) {
+	dir := p.dir
+	p.logPath = dir + "/server.log"
 	var lastErr error
 	for attempt := 0; attempt < freePortAttempts; attempt++ {
 		port, err := freePort()
@@ -125,6 +130,7 @@ func (p *process) launchLocked(port int) error {
 	cmd.Stdout = logf // an *os.File: no copying goroutines
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	err = cmd.Start()
 	_ = logf.Close() // the child has its own descriptor
 	if err != nil {
@@ -138,6 +144,10 @@ func (p *process) launchLocked(port int) error {
 	p.cmd, p.exited = cmd, exited
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ready := p.ready
+	if ready == nil {
+		ready = pingOnce
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
@@ -151,12 +161,12 @@ func (p *process) launchLocked(port int) error {
 			return errors.New(msg)
 		default:
 		}
-		if pingOnce(addr) == nil {
+		if ready(addr) == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			_ = p.killLocked()
-			return fmt.Errorf("testenv: %s on port %d did not answer PING within %v\n%s", p.binary, port, startTimeout, p.logSince(logStart))
+			return fmt.Errorf("testenv: %s on port %d was not ready within %v\n%s", p.binary, port, startTimeout, p.logSince(logStart))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -206,18 +216,37 @@ func (p *process) killLocked() error {
 	default:
 	}
 	pid := cmd.Process.Pid
+	var kids []int
+	if p.tree {
+		// Freeze the leader so that it forks no more, then kill the
+		// children that left its group.
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		kids = descendants(pid)
+		for _, k := range kids {
+			_ = syscall.Kill(k, syscall.SIGKILL)
+		}
+	}
 	// Negative pid: the whole group (Setpgid), which includes any child the
 	// server forked (RDB for replication, ...). SIGKILL also ends a stopped
 	// (paused) process.
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		_ = cmd.Process.Kill()
 	}
+	deadline := time.After(stopTimeout)
 	select {
 	case <-exited:
-		return nil
-	case <-time.After(stopTimeout):
+	case <-deadline:
 		return fmt.Errorf("testenv: pid %d did not exit within %v after SIGKILL", pid, stopTimeout)
 	}
+	// A restart must not find a child still holding the data directory.
+	for anyAlive(kids) {
+		select {
+		case <-deadline:
+			return fmt.Errorf("testenv: children of pid %d still alive %v after SIGKILL", pid, stopTimeout)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // signalLocked sends sig to the running process group. p.mu must be held.
@@ -233,7 +262,17 @@ func (p *process) signalLocked(sig syscall.Signal) error {
 		return errNotRunning
 	default:
 	}
-	return syscall.Kill(-p.cmd.Process.Pid, sig)
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pid, sig); err != nil {
+		return err
+	}
+	if p.tree {
+		// After the leader (which a SIGSTOP keeps from forking more).
+		for _, k := range descendants(pid) {
+			_ = syscall.Kill(k, sig)
+		}
+	}
+	return nil
 }
 
 func (p *process) kill() error {

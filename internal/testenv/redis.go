@@ -15,6 +15,17 @@
 // Only the redis-server binary is needed: Sentinel runs as
 // "redis-server <conf> --sentinel". On Debian it comes from the
 // redis-server package ("make deps" installs it).
+//
+// SQL servers: StartMariaDB (mariadbd, package mariadb-server) and
+// StartPostgres (initdb and postgres, package postgresql) start private
+// servers the same way, never the Debian services on ports 3306 and 5432.
+// Their data directories are copies of a template initialised once per
+// machine and kept in $TMPDIR/dlock-testenv-cache-<uid> (delete it at will);
+// each server's own directory (data, socket, log) lives in /dev/shm when
+// available ($DLOCK_TESTENV_DIR overrides), and directories left by a
+// crashed test binary are removed by the next start. PostgreSQL refuses to
+// run as root: as root, initdb and postgres run as the system user postgres
+// (or nobody). MainSQL is the TestMain body for packages sharing servers.
 package testenv
 
 import (

@@ -10,3 +10,10 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// descendants returns nil: without /proc only the process group is
+// signalled.
+func descendants(pid int) []int { return nil }
+
+// anyAlive reports false: without /proc nothing is waited for.
+func anyAlive(pids []int) bool { return false }

@@ -23,8 +23,12 @@ import (
 const helperEnv = "DLOCK_TESTENV_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "1" {
+	switch os.Getenv(helperEnv) {
+	case "1":
 		helperMain()
+		return
+	case "mariadb", "postgres":
+		sqlHelperMain(os.Getenv(helperEnv))
 		return
 	}
 	goleak.VerifyTestMain(m)

@@ -1,0 +1,111 @@
+package sqllock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// heldKey is the context key under which WithLock records its holds, for
+// reentry.
+type heldKey struct{}
+
+// heldLink is one hold recorded in a context; parent is the enclosing one.
+type heldLink struct {
+	l      *Locker
+	h      *Hold
+	parent *heldLink
+}
+
+// heldIn returns the hold of name by l that ctx descends from, or nil.
+func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
+	link, _ := ctx.Value(heldKey{}).(*heldLink)
+	for ; link != nil; link = link.parent {
+		if link.l == l && link.h.name == name {
+			return link.h
+		}
+	}
+	return nil
+}
+
+// WithLock runs fn while holding the lock name, like dlock.Client.WithLock:
+// it reads opts with dlock.ResolveLockOptions (wait, default
+// dlock.DefaultWaitTime; lease; kind: dlock.Read is shared on PostgreSQL and
+// exclusive on MySQL, the others exclusive), takes the lock with Acquire,
+// and runs fn with a context that carries the grant (dlock.GrantFrom,
+// dlock.TokenFrom: name, fencing token, Backend) and is cancelled, with a
+// cause wrapping dlock.ErrLockLost, as soon as the hold is lost (session
+// killed, connection dead, lease over, Close).
+//
+// The lock is always released when fn returns or panics, even if ctx is
+// cancelled by then (the release uses a context detached from ctx, bounded
+// by OpTimeout). WithLock returns fn's error untouched; when fn returned
+// nil, the release's error (wrapping dlock.ErrLockLost if the hold was lost
+// meanwhile). When the lock was not taken it returns Acquire's error: an
+// error wrapping dlock.ErrWaitTimeout when the wait ran out, ctx's error
+// when ctx ended first (promptly, whatever the database does),
+// ErrTooManySessions, dlock.ErrInvalidArgument (also for a nil fn) or
+// dlock.ErrClosed before any network call; fn has not run then.
+//
+// Reentry: a call whose ctx descends from fn's context of a hold of the
+// same name by the same Locker runs fn at once within that hold (a read
+// hold refuses a nested exclusive call with dlock.ErrUpgrade). Another
+// Locker, or a context that does not descend from the hold, waits like any
+// other caller.
+//
+// Tier order: when ctx carries a dlock.Grant of the same name that is not
+// one of this Locker's holds (for example the last grant of the Redis
+// tier), the new token is greater than that grant's token.
+//
+// Safe for concurrent use.
+func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.LockOption) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", dlock.ErrInvalidArgument)
+	}
+	set, err := dlock.ResolveLockOptions(opts...)
+	if err != nil {
+		return err
+	}
+	if _, err := l.validate(name, set, 0); err != nil {
+		return err
+	}
+	if outer := l.heldIn(ctx, name); outer != nil {
+		if outer.kind == dlock.KindRead && set.Kind != dlock.KindRead {
+			return fmt.Errorf("%w: %q is held for reading by this call chain", dlock.ErrUpgrade, name)
+		}
+		if l.isClosed() {
+			return fmt.Errorf("sqllock: %q: %w", name, dlock.ErrClosed)
+		}
+		if lost := outer.Err(); lost != nil {
+			return lost
+		}
+		return fn(ctx)
+	}
+	var floor uint64
+	if g, ok := dlock.GrantFrom(ctx); ok && g.Name == name {
+		floor = g.Token
+	}
+	h, err := l.Acquire(ctx, name, set, floor)
+	if err != nil {
+		return err
+	}
+	parent, _ := ctx.Value(heldKey{}).(*heldLink)
+	fctx := context.WithValue(dlock.ContextWithGrant(ctx, h.Grant()), heldKey{}, &heldLink{l: l, h: h, parent: parent})
+	fctx, cancel := context.WithCancelCause(fctx)
+	defer cancel(nil)
+	h.onHoldEnd(func(cause error) {
+		if cause != nil {
+			cancel(cause)
+		}
+	})
+	// Deferred, so that a panic in fn does not leave the session pinned.
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+		defer rcancel()
+		if rerr := h.Release(rctx); err == nil {
+			err = rerr
+		}
+	}()
+	return fn(fctx)
+}
