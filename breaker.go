@@ -29,7 +29,7 @@ func newBreaker(failures int, cooldown time.Duration, changed func(string)) *bre
 }
 
 // Allow implements Breaker.
-func (b *breaker) Allow() (func(bool), error) {
+func (b *breaker) Allow() (func(error), error) {
 	b.mu.Lock()
 	var moved string
 	switch b.state {
@@ -55,7 +55,8 @@ func (b *breaker) Allow() (func(bool), error) {
 	return b.closedDone, nil
 }
 
-func (b *breaker) closedDone(ok bool) {
+func (b *breaker) closedDone(err error) {
+	ok := err == nil
 	b.mu.Lock()
 	var moved string
 	switch {
@@ -71,7 +72,8 @@ func (b *breaker) closedDone(ok bool) {
 	b.notify(moved)
 }
 
-func (b *breaker) probeDone(ok bool) {
+func (b *breaker) probeDone(err error) {
+	ok := err == nil
 	b.mu.Lock()
 	b.probing = false
 	b.fails = 0

@@ -97,11 +97,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Slot:   slot,
 		Failed: func(n int, err error) {
 			cfg.logger.Warn("dlock: renewal failed; will retry", "locks", n, "err", err)
+			if c.fallback != nil && isInfrastructure(err) {
+				c.fallback.redisFailed() // holders too must see the outage
+			}
 			for _, o := range cfg.observers {
 				o.Renewed(n, err)
 			}
 		},
 		Batched: func(n int) {
+			if c.fallback != nil {
+				c.fallback.reachedRedis()
+			}
 			for _, o := range cfg.observers {
 				o.Renewed(n, nil)
 			}

@@ -124,6 +124,42 @@
 // gave up leaves the queue in the background, moments later; a hand-off that
 // reaches it meanwhile is passed on.
 //
+// # The fallback tier (WithFallback)
+//
+// A Client built WithFallback(sqllock.MySQL(db)) or (sqllock.Postgres(db))
+// runs WithLock on Redis while Redis works and on the SQL named lock when it
+// does not, behind a circuit breaker. Only infrastructure failures fall back
+// (refused or reset connections, timeouts, READONLY, LOADING, MASTERDOWN,
+// CLUSTERDOWN, an open breaker); contention, a cancelled ctx and fn's errors
+// never do, and fn runs at most once. A SQL lock does not exclude a Redis
+// holder, so the tiers follow three rules:
+//
+//   - Quarantine: a fallback grant waits until the quarantine (the watchdog
+//     timeout plus its drift margin, FallbackQuarantine) has passed since
+//     this Client last reached Redis, by which time every Redis holder whose
+//     Redis is gone has been told of its loss. Redis dying mid-hold
+//     therefore never leaves two holders.
+//   - Recovery: for the recovery window after Redis answers again
+//     (FallbackRecovery, at least 10s), Redis grants also take the SQL lock
+//     and lift the name's Redis fencing counter above the SQL token, so they
+//     wait for fallback holders still inside fn, and later Redis tokens stay
+//     above the fallback's.
+//   - One token order: fallback tokens are above the highest Redis token the
+//     Client saw and at least the database clock in microseconds; Redis
+//     tokens start from the Redis clock. With clocks in step, tokens of both
+//     tiers increase together.
+//
+// What is not guaranteed: a Client cut off from a Redis that others still
+// reach falls back (after its quarantine) and can hold the SQL lock while a
+// Redis holder is inside fn. The fencing token exposes it: the later grant's
+// token is higher, so the resource rejects the earlier holder's writes.
+// FallbackStrict refuses the fallback in that case instead: Clients record
+// when they last reached Redis in a table of the fallback database
+// (RedisWitness), and a Client falls back only when no other did within the
+// quarantine plus a watchdog timeout. A Client that made no Redis call during
+// an outage, or that is still falling back after another Client's recovery
+// window ended, can likewise overlap a fallback holder; the token exposes it.
+//
 // An operator's DEL of a lock key is indistinguishable, to the holder's
 // Unlock, from its own release resent by go-redis: use ForceUnlock, which
 // records whom it evicted so they learn ErrForced.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // Fallback is a second lock tier that a Client built WithFallback uses when
@@ -31,10 +33,11 @@ type Fallback interface {
 
 // Breaker decides whether a call may try Redis: Allow returns an error
 // while the circuit is open, or a done func that must be called once with
-// whether Redis worked. sony/gobreaker v2's *TwoStepCircuitBreaker satisfies
+// the Redis failure (nil when Redis worked; contention and cancellation
+// count as working). sony/gobreaker v2's *TwoStepCircuitBreaker satisfies
 // it. A Breaker must be safe for concurrent use.
 type Breaker interface {
-	Allow() (done func(success bool), err error)
+	Allow() (done func(err error), err error)
 }
 
 // FallbackOption configures WithFallback.
@@ -77,7 +80,12 @@ func FallbackQuarantine(d time.Duration) FallbackOption {
 
 // FallbackRecovery sets how long after Redis answers again (having failed)
 // a Redis grant also takes the fallback lock, so that it excludes fallback
-// holders that are still inside fn. Default: twice the quarantine.
+// holders that are still inside fn, and lifts the name's Redis fencing
+// counter above the token the fallback issued. It must cover the time other
+// Clients take to notice that Redis is back (their breaker's cooldown and
+// probes): a Client still falling back after another's window closed can
+// overlap its holds (the fencing token exposes it). Default: twice the
+// quarantine, at least 10s.
 func FallbackRecovery(d time.Duration) FallbackOption {
 	return func(c *fallbackConfig) error {
 		if d < 0 {
@@ -166,7 +174,7 @@ func newTiers(c *Client) *tiers {
 		t.cfg.quarantine = c.cfg.watchdog + driftMargin(c.cfg.watchdog)
 	}
 	if t.cfg.recovery == 0 {
-		t.cfg.recovery = 2 * t.cfg.quarantine
+		t.cfg.recovery = max(2*t.cfg.quarantine, 10*time.Second)
 	}
 	if t.cfg.strict {
 		t.witness = t.f.(RedisWitness)
@@ -185,13 +193,19 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 		started := false
 		err := t.c.withRedisLock(ctx, name, func(fctx context.Context) error {
 			started = true
-			done(true)
+			done(nil)
 			t.redisWorked(fctx)
 			if t.recovering() {
 				// Fallback holders of the outage may still be inside fn: take
-				// their lock too, above our token.
+				// their lock too, above our token, and lift the Redis
+				// counter to the token the fallback issued, so that the
+				// name's later Redis tokens stay above it.
 				rest := max(set.Wait-time.Since(start), 0)
-				return t.f.WithLock(fctx, name, fn, append(opts, WaitTime(rest), TokenFloor(TokenFrom(fctx)))...)
+				return t.f.WithLock(fctx, name, func(sctx context.Context) error {
+					tok := TokenFrom(sctx)
+					t.raiseRedisToken(sctx, name, tok)
+					return fn(ContextWithGrant(sctx, Grant{Name: name, Token: tok, Backend: BackendRedis}))
+				}, append(opts, WaitTime(rest), TokenFloor(TokenFrom(fctx)))...)
 			}
 			return fn(fctx)
 		}, set)
@@ -199,10 +213,10 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 		case started:
 			return err
 		case ctx.Err() != nil || !isInfrastructure(err):
-			done(true) // contention and cancellation are not Redis' fault
+			done(nil) // contention and cancellation are not Redis' fault
 			return err
 		}
-		done(false)
+		done(err)
 		reason = err
 		t.redisFailed()
 	}
@@ -256,7 +270,9 @@ func (t *tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
 		}
 	}
 	if t.witness != nil {
-		others, err := t.witness.OthersSawRedis(ctx, t.c.id, t.cfg.quarantine)
+		// A Client that reached Redis within a watchdog timeout (plus the
+		// quarantine) may still hold a lock there: its renewals record it.
+		others, err := t.witness.OthersSawRedis(ctx, t.c.id, t.cfg.quarantine+t.c.cfg.watchdog)
 		if err != nil {
 			return err
 		}
@@ -278,13 +294,20 @@ func (t *tiers) redisWorked(fctx context.Context) {
 			}
 		}
 	}
+	t.reachedRedis()
+}
+
+// reachedRedis records that Redis answered (a grant or a renewal): the
+// outage, if any, is over and the recovery window starts; in strict mode the
+// witness learns of it, at most once per renewal period.
+func (t *tiers) reachedRedis() {
 	now := time.Now()
 	t.mu.Lock()
 	if !t.downSince.IsZero() {
 		t.downSince = time.Time{}
 		t.recoveryUntil = now.Add(t.cfg.recovery)
 	}
-	witness := t.witness != nil && now.Sub(t.lastWitness) > t.cfg.quarantine/4
+	witness := t.witness != nil && now.Sub(t.lastWitness) > t.c.cfg.watchdog/3
 	if witness {
 		t.lastWitness = now
 	}
@@ -364,3 +387,26 @@ func FallbackReason(err error) string {
 
 // errOpenBreaker marks a refusal by any Breaker (gobreaker's included).
 var errOpenBreaker = errors.New("dlock: circuit breaker refused the call")
+
+// scriptRaiseToken lifts a fencing counter to at least ARGV[1], keeping its
+// TTL (and so the start of its sequence).
+var scriptRaiseToken = newScript(`
+local c = redis.call('get', KEYS[1])
+if c and tonumber(c) < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1], 'KEEPTTL')
+  return 1
+end
+return 0`)
+
+// raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
+// failure leaves later Redis tokens below tok, which the resource's fencing
+// check then rejects rather than accepts).
+func (t *tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
+	ks := keys.For(name)
+	_, _, err := roundTrip(t.c, ctx, func(ctx context.Context) (int64, error) {
+		return scriptRaiseToken.run(ctx, t.c.rdb, []any{ks.Fence}, tok).Int64()
+	}, nil)
+	if err != nil {
+		t.c.cfg.logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+	}
+}

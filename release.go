@@ -103,9 +103,11 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 	case err != nil && !final:
 		return err
 	case err != nil:
+		// Not released, as far as we know: the lock ends by its TTL. The
+		// hold is over all the same (a loss, unless it was lost already).
 		h.end(lossError(h.name, ErrUnconfirmed, err), nil)
 		h.finish()
-		return err
+		return h.lostErr()
 	case r.v[0] == 0:
 		// The field is gone. Owner fields are never reused, so while the
 		// hold was still certain, only our own earlier release (resent by

@@ -29,6 +29,8 @@ type Locker struct {
 	slots chan struct{} // one token per pinned session (MaxSessions)
 	ready atomic.Bool   // the fence table is known to exist
 
+	witnessReady atomic.Bool // the witness table is known to exist
+
 	closeCtx context.Context // done once Close began
 	closeNow context.CancelFunc
 

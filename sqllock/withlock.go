@@ -54,9 +54,10 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 // Locker, or a context that does not descend from the hold, waits like any
 // other caller.
 //
-// Tier order: when ctx carries a dlock.Grant of the same name that is not
-// one of this Locker's holds (for example the last grant of the Redis
-// tier), the new token is greater than that grant's token.
+// Tier order: the new token is greater than the options' dlock.TokenFloor
+// and, when ctx carries a dlock.Grant of the same name that is not one of
+// this Locker's holds (for example a Redis grant it is taken under), than
+// that grant's token. A dlock.Client built WithFallback passes both.
 //
 // Safe for concurrent use.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.LockOption) (err error) {
@@ -82,9 +83,9 @@ func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Cont
 		}
 		return fn(ctx)
 	}
-	var floor uint64
+	floor := set.TokenFloor // dlock.TokenFloor: the Redis tier's last token
 	if g, ok := dlock.GrantFrom(ctx); ok && g.Name == name {
-		floor = g.Token
+		floor = max(floor, g.Token)
 	}
 	h, err := l.Acquire(ctx, name, set, floor)
 	if err != nil {
