@@ -187,3 +187,36 @@ func ExampleRead() {
 	}
 	// Output: reading
 }
+
+// A handle is shared like a sync.Mutex; re-entry follows the context that
+// carries the hold, so nested code can take the same lock again.
+func ExampleMutex_LockContext() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	stock := locks.Mutex("example:stock:7") // e.g. a field shared by request goroutines
+	held, err := stock.LockContext(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	reserve := func(ctx context.Context) error {
+		// Called with the hold's context: this Lock re-enters.
+		if err := stock.Lock(ctx); err != nil {
+			return err
+		}
+		defer stock.Unlock(ctx)
+		n, _ := stock.HoldCount(ctx)
+		fmt.Println("hold count inside:", n)
+		return nil
+	}
+	if err := reserve(held); err != nil {
+		log.Fatal(err)
+	}
+	_ = stock.Unlock(held)
+	fmt.Println("token was issued:", dlock.TokenFrom(held) > 0)
+	// Output:
+	// hold count inside: 2
+	// token was issued: true
+}
