@@ -83,22 +83,36 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 			finish(Release{Kind: h.p.kind(), Name: h.name, Final: final, Held: held, Err: err})
 		}()
 	}
-	h.mu.Lock()
-	renewing := final && h.renewing
-	if final && h.err == nil && h.timer != nil {
-		// The protected work is over and the hold was certain until now:
-		// the release's own answer decides whether it was lost, not a
-		// deadline that passes while the release is on its way.
-		h.timer.Stop()
-	}
-	h.mu.Unlock()
-	if renewing {
-		c.renewer.Remove(&h.renewal) // no renewal may race the release
-	}
+	renewing := h.quiesce(final)
 	r, err := readReply(h.p.release(ctx, h, count, all))
 	if err == nil && (r.n != 2 || r.v[0] != 0 && r.v[0] != 1) {
 		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
 	}
+	return h.settle(r, err, final, renewing)
+}
+
+// quiesce readies the hold for its final release and reports whether it was
+// being renewed: no renewal may race the release, and the protected work is
+// over while the hold was still certain, so the release's own answer decides
+// whether it was lost, not a deadline that passes while it is on its way.
+func (h *hold) quiesce(final bool) (renewing bool) {
+	if !final {
+		return false
+	}
+	h.mu.Lock()
+	renewing = h.renewing
+	if h.err == nil && h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	if renewing {
+		h.c.renewer.Remove(&h.renewal)
+	}
+	return renewing
+}
+
+// settle applies a release's answer (or failure) to the hold.
+func (h *hold) settle(r reply, err error, final, renewing bool) error {
 	switch {
 	case err != nil && !final:
 		return err
@@ -117,35 +131,34 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 		h.mu.Unlock()
 		if resent {
 			h.end(nil, nil)
-			h.finish()
-			return nil
+		} else {
+			h.lose(lossError(h.name, goneReason(r.v[1]), nil))
 		}
-		h.lose(lossError(h.name, goneReason(r.v[1]), nil))
 		h.finish()
 		return h.lostErr()
 	}
 	remaining := int(r.v[1])
 	h.mu.Lock()
 	h.count = remaining
-	lost = h.err
+	lost := h.err
 	h.mu.Unlock()
-	if remaining > 0 {
+	if remaining == 0 {
+		h.end(nil, nil)
+		h.finish()
+		return lost
+	}
+	if final && lost == nil {
 		// Redis had more holds than we knew (a re-entry whose reply was
 		// lost): the hold goes on, so must its deadline and renewal.
-		if final && lost == nil {
-			h.mu.Lock()
-			h.timer.Reset(time.Until(h.validUntil)) // stopped for the release
-			h.renewing = renewing
-			h.mu.Unlock()
-			if renewing {
-				c.renewer.Add(&h.renewal, time.Now())
-			}
+		h.mu.Lock()
+		h.timer.Reset(time.Until(h.validUntil))
+		h.renewing = renewing
+		h.mu.Unlock()
+		if renewing {
+			h.c.renewer.Add(&h.renewal, time.Now())
 		}
-		return nil
 	}
-	h.end(nil, nil)
-	h.finish()
-	return lost
+	return nil
 }
 
 // releaseAll is Close's release of a hold it has already told of the loss.
