@@ -201,11 +201,15 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 				// counter to the token the fallback issued, so that the
 				// name's later Redis tokens stay above it.
 				rest := max(set.Wait-time.Since(start), 0)
-				return t.f.WithLock(fctx, name, func(sctx context.Context) error {
+				err := t.f.WithLock(fctx, name, func(sctx context.Context) error {
 					tok := TokenFrom(sctx)
 					t.raiseRedisToken(sctx, name, tok)
 					return fn(ContextWithGrant(sctx, Grant{Name: name, Token: tok, Backend: BackendRedis}))
 				}, append(opts, WaitTime(rest), TokenFloor(TokenFrom(fctx)))...)
+				if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
+					err = context.Cause(fctx) // the Redis hold was lost while waiting
+				}
+				return err
 			}
 			return fn(fctx)
 		}, set)

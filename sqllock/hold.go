@@ -94,7 +94,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	select {
 	case <-h.exited:
 	case <-ctx.Done():
-		return fmt.Errorf("sqllock: release %q goes on in the background: %w", h.name, ctx.Err())
+		return fmt.Errorf("sqllock: release %q goes on in the background: %w", h.name, context.Cause(ctx))
 	}
 	if lost := h.Err(); lost != nil {
 		return lost

@@ -222,7 +222,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, set dlock.LockSetting
 	l.mu.Unlock()
 	defer l.bg.Done()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
+		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, context.Cause(ctx))
 	}
 	select {
 	case l.slots <- struct{}{}:
@@ -255,7 +255,7 @@ func (l *Locker) acquire(ctx context.Context, name string, set dlock.LockSetting
 	fail := func(step string, err error) error {
 		switch {
 		case ctx.Err() != nil:
-			return fmt.Errorf("sqllock: acquire %q: %s: %w", name, step, ctx.Err())
+			return fmt.Errorf("sqllock: acquire %q: %s: %w", name, step, context.Cause(ctx))
 		case errors.Is(context.Cause(actx), dlock.ErrClosed):
 			return fmt.Errorf("sqllock: acquire %q: %w", name, dlock.ErrClosed)
 		case errors.Is(context.Cause(bctx), errUnresponsive):
