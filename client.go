@@ -35,9 +35,10 @@ type Client struct {
 
 	background sync.WaitGroup // detached calls and cleanups, for Close
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}   // every live hold, for Close
-	others map[closer]struct{} // live permits and observers, for Close
+	mu    sync.Mutex
+	holds map[*hold]struct{} // every live hold, for Close
+
+	others map[closer]struct{} // live permits and observers, for Close; guarded by mu
 }
 
 // scriptArgs are script arguments that never change for a Client, converted
@@ -70,8 +71,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		rdb:   rdb,
 		cfg:   cfg,
 		id:    cfg.clientID,
-		holds:  make(map[*hold]struct{}),
-		others: make(map[closer]struct{}),
+		holds: make(map[*hold]struct{}),
 		arg: scriptArgs{
 			watchdogMs:   ms(cfg.watchdog),
 			queueTTLMs:   ms(4 * cfg.recheck),

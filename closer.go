@@ -16,6 +16,9 @@ func (c *Client) trackOther(o closer) bool {
 	if c.closed.Load() {
 		return false
 	}
+	if c.others == nil {
+		c.others = make(map[closer]struct{})
+	}
 	c.others[o] = struct{}{}
 	return true
 }
