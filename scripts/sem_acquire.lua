@@ -18,8 +18,9 @@ if redis.call('zscore', KEYS[1], id) then
   return {1, ttl}
 end
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
+local held = redis.call('zcard', KEYS[1])
 if size ~= n then
-  if size > 0 and (redis.call('zcard', KEYS[1]) > 0 or redis.call('exists', KEYS[3]) == 1) then
+  if size > 0 and (held > 0 or redis.call('exists', KEYS[3]) == 1) then
     return {-3, size}
   end
   redis.call('set', KEYS[2], n, 'PX', math.max(ttl, tonumber(ARGV[5])))
@@ -27,14 +28,18 @@ if size ~= n then
 end
 local self = nil
 if entry ~= '' then self = entry end
-if grant_queued(now, size, ARGV[6], self) or redis.call('zcard', KEYS[1]) < size then
+local mine = false
+if held < size then mine, held = grant_queued(now, size, held, ARGV[6], self) end
+if mine or held < size then
   add_permit(now, id, ttl)
   return {1, ttl}
 end
 if entry ~= '' then
+  -- A resent call finds its entry already queued; the queue lives while
+  -- its waiters keep trying (they re-check at least every re-check
+  -- interval, a quarter of the queue's TTL).
   if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
-  keep(KEYS[3], tonumber(ARGV[5]))
-  keep(KEYS[2], tonumber(ARGV[5]))
+  redis.call('pexpire', KEYS[3], ARGV[5])
 end
 local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then return {0, math.max(tonumber(first[2]) - now, 0)} end

@@ -8,8 +8,9 @@ if redis.call('zrem', KEYS[1], ARGV[2]) == 0 then return 0 end
 local now = now_ms()
 reap(now)
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
-if size > 0 then grant_queued(now, size, ARGV[3], nil) end
-if redis.call('zcard', KEYS[1]) == 0 and redis.call('exists', KEYS[3]) == 0 then
+local held = redis.call('zcard', KEYS[1])
+if size > 0 then held = select(2, grant_queued(now, size, held, ARGV[3], nil)) end
+if held == 0 and redis.call('exists', KEYS[3]) == 0 then
   redis.call('del', KEYS[2])
 end
 return 1

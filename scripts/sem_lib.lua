@@ -32,23 +32,25 @@ end
 -- its permit for the claim window (a waiter that died before its turn must
 -- not keep it for a whole lease; a live one extends it as soon as it runs)
 -- and its client is told on its client channel. Only as many waiters as
--- there are free permits are told: a release wakes one waiter. Returns true
--- when it reached self (the caller's own entry), which it leaves to the
--- caller.
-local function grant_queued(now, size, claim_ms, self)
-  while redis.call('zcard', KEYS[1]) < size do
+-- there are free permits are told: a release wakes one waiter. held is the
+-- number of permits held. Returns whether it reached self (the caller's own
+-- entry, which it leaves to the caller), the number held afterwards, and
+-- whether it emptied the queue.
+local function grant_queued(now, size, held, claim_ms, self)
+  while held < size do
     local e = redis.call('lpop', KEYS[3])
-    if not e then return false end
-    if e == self then return true end
+    if not e then return false, held, true end
+    if e == self then return true, held, false end
     local ticket, ttl, id = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = id and string.match(id, '^(.*):')
     if cid and not redis.call('zscore', KEYS[1], id) then
       local claim = math.min(tonumber(ttl), tonumber(claim_ms))
       add_permit(now, id, claim)
+      held = held + 1
       redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
     end
   end
-  return false
+  return false, held, false
 end
 
 -- reap drops expired permits (their holders crashed or were cut off).

@@ -9,9 +9,14 @@ local now = now_ms()
 local removed = redis.call('zrem', KEYS[1], ARGV[1])
 reap(now)
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
+local held = redis.call('zcard', KEYS[1])
 local queued = redis.call('exists', KEYS[3]) == 1
-if size > 0 and queued then grant_queued(now, size, ARGV[2], nil) end
-if redis.call('zcard', KEYS[1]) == 0 and redis.call('exists', KEYS[3]) == 0 then
+if size > 0 and queued then
+  local _, h, emptied = grant_queued(now, size, held, ARGV[2], nil)
+  held = h
+  if emptied then queued = false end
+end
+if held == 0 and not queued then
   -- Idle: the number of permits may change now.
   redis.call('del', KEYS[2])
 end
