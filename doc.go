@@ -62,6 +62,22 @@
 // WithSpin switches a Client's waiting from pub/sub to polling (RSpinLock).
 // Each type's documentation gives its Redis layout and guarantees.
 //
+// # Beyond locks
+//
+// The same machinery (watchdog renewal, loss as a context, direct hand-off)
+// gives:
+//
+//   - Election: Campaign blocks until the caller leads and returns a context
+//     cancelled when the leadership is lost (cause wrapping ErrLockLost) or
+//     on Resign (ErrResigned); Resign hands the leadership to the next
+//     candidate at once; Leader reads the leader's value; Observe pushes each
+//     new leader without polling.
+//   - Semaphore: n permits across processes, each leased like a lock
+//     (Redisson's RPermitExpirableSemaphore) and ending with its holder; a
+//     release gives the permit straight to the first queued waiter.
+//   - SyncLocker: a sync.Locker over any Locker, for code that needs one.
+//   - Client.Locks: every lock, election and semaphore in a Redis, by SCAN.
+//
 // # How it works
 //
 // A lock is a Redis hash named after the lock, with one field per owner
@@ -94,6 +110,15 @@
 // ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and
 // ErrLeaseEnded.
 //
+// The same holds for elections and semaphores. An election has at most one
+// leader at a time (its lock's holder), and a leader's context is cancelled
+// before its lock's TTL runs out after its last confirmed renewal, so before
+// another candidate can take over. A semaphore has at most n holders at a
+// time, and a holder's Permit.Done closes before its permit's TTL runs out
+// after its last confirmed renewal. The number of permits is fixed while a
+// semaphore has holders or waiters (another number is ErrInvalidArgument).
+// Semaphore permits expire by the Redis server's clock.
+//
 // # What is not guaranteed
 //
 // A lease lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past
@@ -123,6 +148,10 @@
 // window (2s, WithHandoffClaim) plus that interval. A waiter whose caller
 // gave up leaves the queue in the background, moments later; a hand-off that
 // reaches it meanwhile is passed on.
+//
+// Election.Observe reports a leader that vanished without a release (a
+// crash) only when the next leader is elected; Leader tells the present
+// state. A semaphore's waiters wait by pub/sub even with WithSpin.
 //
 // An operator's DEL of a lock key is indistinguishable, to the holder's
 // Unlock, from its own release resent by go-redis: use ForceUnlock, which
