@@ -62,15 +62,19 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 			case <-p.Done():
 			}
 			hist.Add(lockcheck.Hold{Owner: name + "/" + p.ID(), Start: start, End: time.Now()})
-			rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			err = p.Release(rctx)
-			rcancel()
 			select {
 			case <-crashed:
+				// Cut off: the release cannot get through; it goes on in
+				// the background until Close.
+				rctx, rcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				_ = p.Release(rctx)
+				rcancel()
 				return
 			default:
 			}
-			if err != nil {
+			// A permit lost on a loaded box (its End above is when it was
+			// told) is no failure of the limit; anything else is.
+			if err := p.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
 				t.Errorf("%s: Release: %v", name, err)
 				return
 			}
