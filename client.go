@@ -39,6 +39,8 @@ type Client struct {
 
 	mu    sync.Mutex
 	holds map[*hold]struct{} // every live hold, for Close
+
+	others map[closer]struct{} // live permits and observers, for Close; guarded by mu
 }
 
 // scriptArgs are script arguments that never change for a Client, converted
@@ -141,20 +143,27 @@ func (c *Client) Close() error {
 	for h := range c.holds {
 		holds = append(holds, h)
 	}
+	others := make([]closer, 0, len(c.others))
+	for o := range c.others {
+		others = append(others, o)
+	}
 	c.mu.Unlock()
 	// Holders learn first that their holds end, then the locks are released
 	// for others, each release detached and all of them within the budget.
-	released := make(chan error, len(holds))
+	released := make(chan error, len(holds)+len(others))
 	for _, h := range holds {
 		h.lose(lossError(h.name, ErrClosed, nil))
 		c.detach(func(ctx context.Context) {
 			released <- h.releaseAll(ctx)
 		})
 	}
+	for _, o := range others {
+		c.detach(func(ctx context.Context) { released <- o.closeWith(ctx) })
+	}
 	var errs []error
 	budget := time.NewTimer(time.Until(deadline))
 	defer budget.Stop()
-	for range holds {
+	for range len(holds) + len(others) {
 		select {
 		case err := <-released:
 			if err != nil {
@@ -260,12 +269,16 @@ func (c *Client) renewBatch(ctx context.Context, batch []*renew.Entry, ttls []in
 	args := make([]any, 3*len(batch))
 	n := len(batch)
 	for i, e := range batch {
-		h := e.Holder.(*hold)
 		set := e.Set
 		if set == "" {
 			set = e.Key
 		}
-		keyArgs = append(keyArgs, e.Key, set, h.ks.Fence, h.ks.Forced)
+		// A permit ('s') uses neither a fencing counter nor a forced set.
+		fence, forced := e.Key, set
+		if h, ok := e.Holder.(*hold); ok {
+			fence, forced = h.ks.Fence, h.ks.Forced
+		}
+		keyArgs = append(keyArgs, e.Key, set, fence, forced)
 		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
 	}
 	res, err := scriptRenew.run(ctx, c.rdb, keyArgs, args...).Int64Slice()

@@ -62,6 +62,22 @@
 // WithSpin switches a Client's waiting from pub/sub to polling (RSpinLock).
 // Each type's documentation gives its Redis layout and guarantees.
 //
+// # Beyond locks
+//
+// The same machinery (watchdog renewal, loss as a context, direct hand-off)
+// gives:
+//
+//   - Election: Campaign blocks until the caller leads and returns a context
+//     cancelled when the leadership is lost (cause wrapping ErrLockLost) or
+//     on Resign (ErrResigned); Resign hands the leadership to the next
+//     candidate at once; Leader reads the leader's value; Observe pushes each
+//     new leader without polling.
+//   - Semaphore: n permits across processes, each leased like a lock
+//     (Redisson's RPermitExpirableSemaphore) and ending with its holder; a
+//     release gives the permit straight to the first queued waiter.
+//   - SyncLocker: a sync.Locker over any Locker, for code that needs one.
+//   - Client.Locks: every lock, election and semaphore in a Redis, by SCAN.
+//
 // # How it works
 //
 // A lock is a Redis hash named after the lock, with one field per owner
@@ -93,6 +109,15 @@
 // told apart with errors.Is: ErrUnconfirmed (Redis did not confirm in time),
 // ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and
 // ErrLeaseEnded.
+//
+// The same holds for elections and semaphores. An election has at most one
+// leader at a time (its lock's holder), and a leader's context is cancelled
+// before its lock's TTL runs out after its last confirmed renewal, so before
+// another candidate can take over. A semaphore has at most n holders at a
+// time, and a holder's Permit.Done closes before its permit's TTL runs out
+// after its last confirmed renewal. The number of permits is fixed while a
+// semaphore has holders or waiters (another number is ErrInvalidArgument).
+// Semaphore permits expire by the Redis server's clock.
 //
 // # What is not guaranteed
 //
@@ -159,6 +184,10 @@
 // quarantine plus a watchdog timeout. A Client that made no Redis call during
 // an outage, or that is still falling back after another Client's recovery
 // window ended, can likewise overlap a fallback holder; the token exposes it.
+//
+// Election.Observe reports a leader that vanished without a release (a
+// crash) only when the next leader is elected; Leader tells the present
+// state. A semaphore's waiters wait by pub/sub even with WithSpin.
 //
 // An operator's DEL of a lock key is indistinguishable, to the holder's
 // Unlock, from its own release resent by go-redis: use ForceUnlock, which

@@ -16,6 +16,9 @@ import (
 // LockInfo is a snapshot of one lock name as Redis has it, for operators
 // and tools; see Client.Inspect.
 type LockInfo struct {
+	// Type is TypeLock for Mutex, FairMutex and RWMutex names (Inspect's
+	// only type), TypeElection or TypeSemaphore (see Client.Locks).
+	Type    string
 	Name    string
 	Locked  bool
 	Mode    string        // "" for Mutex and FairMutex; "read" or "write" for RWMutex
@@ -25,12 +28,19 @@ type LockInfo struct {
 	Waiters []Waiter      // queued for a direct hand-off (Mutex, FairMutex), first first
 	// WaitingWriters counts writers of an RWMutex waiting for the lock.
 	WaitingWriters int
+	// Leader is an election's leader value ("" when nobody leads).
+	Leader string
+	// Permits is a semaphore's number of permits.
+	Permits int
 }
 
 // Holder is one owner of a lock and its reentrant hold count.
 type Holder struct {
 	Owner string // "<client id>:<n>"; an RWMutex writer ends in ":write"
 	Count int64
+	// TTL is a semaphore permit's remaining lease; 0 for lock holders
+	// (LockInfo.TTL is the lock's).
+	TTL time.Duration
 	// Host and PID name the holder's process when its client id is
 	// New's default (see ParseClientID); empty and 0 otherwise.
 	Host string
@@ -48,7 +58,7 @@ type Waiter struct {
 // RReadWriteLock hashes; a key of another type gives an error wrapping
 // ErrNotLock. It is safe for concurrent use.
 func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
-	info := LockInfo{Name: name}
+	info := LockInfo{Type: TypeLock, Name: name}
 	if ctx == nil {
 		return info, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
@@ -88,6 +98,12 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	for owner, v := range fields.Val() {
 		if owner == "mode" {
 			info.Mode = v
+			continue
+		}
+		if owner == keys.LeaderField { // an election's lock: its leader, not an owner
+			if _, val, ok := keys.ParseLeaderValue(v); ok {
+				info.Leader = val
+			}
 			continue
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)

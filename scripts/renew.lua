@@ -5,7 +5,11 @@
 --   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
 --   'w' a write hold: the TTL is extended, never shortened;
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
---       hash lives at least that long; other readers' deadlines are untouched.
+--       hash lives at least that long; other readers' deadlines are untouched;
+--   's' a semaphore permit: KEYS[4i-3] is the permits' sorted set and
+--       KEYS[4i-2] the size key (sem_lib.lua's layout); the permit's expiry
+--       moves to now+ttl (server clock) and both keys live at least that long.
+--       A permit that is gone or has expired answers GONE.
 -- Returns a list with 1 where the owner still held the lock, and why_gone's
 -- code where it did not. Every key is in the same Cluster slot.
 local n = #ARGV / 3
@@ -13,7 +17,21 @@ local out = {}
 local now
 for i = 1, n do
   local k, z, f, ttl, kind = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
-  if redis.call('hexists', k, f) == 1 then
+  if kind == 's' then
+    if not now then
+      local t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local exp = redis.call('zscore', k, f)
+    if exp and tonumber(exp) > now then
+      redis.call('zadd', k, now + ttl, f)
+      if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
+      if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
+      out[i] = 1
+    else
+      out[i] = GONE
+    end
+  elseif redis.call('hexists', k, f) == 1 then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
     else

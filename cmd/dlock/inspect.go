@@ -43,6 +43,8 @@ type holder struct {
 	Host  string `json:"host"`
 	PID   int    `json:"pid"`
 	Count int64  `json:"count"` // reentrant hold count
+	// TTLms is a semaphore permit's remaining lease (inspect --all only).
+	TTLms int64 `json:"ttl_ms,omitempty"`
 }
 
 // waiter is an owner queued for the lock in dlock:queue:{name}: waiters of a
@@ -57,9 +59,10 @@ type waiter struct {
 }
 
 func (a *app) inspectCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, all bool
+	var match string
 	cmd := &cobra.Command{
-		Use:   "inspect [--json] NAME...",
+		Use:   "inspect [--json] NAME... | inspect --all [--match PATTERN] [--json]",
 		Short: "Show who holds and who waits for locks",
 		Long: `inspect reads each lock from Redis (one MULTI per name) and shows whether it
 is locked, its kind (mutex, or rwlock with its read/write mode), its holders
@@ -79,12 +82,36 @@ With --json it prints one JSON array with an object per NAME:
    "pid", "ttl_ms"}], "waiting_writers"}
 host is "" and pid 0 when the owner is not in dlock's default form.
 
+With --all it lists every lock, election and semaphore dlock knows of in the
+Redis (every master of a Cluster), found with SCAN in pages (never KEYS):
+held ones and ones whose fencing counter is alive. --match keeps the names
+matching a Redis glob pattern. Each entry says its type ("lock", "election",
+"semaphore"), its holders with their TTLs, and its waiters: an election's
+leader value and waiting candidates, a semaphore's permits, each holder's
+permit and the queued waiters. With --json each object also has "type",
+"leader" and "permits", and a semaphore holder has "ttl_ms".
+
 Exit codes: 0 done, 1 a NAME is not a lock (another Redis type) or another
 failure, 2 bad arguments, 69 Redis unreachable.`,
 		Example: `  dlock inspect coupon:issue:42
-  dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'`,
-		Args: wrapArgs(cobra.MinimumNArgs(1)),
+  dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'
+  dlock inspect --all --match 'report:*'`,
+		Args: wrapArgs(func(cmd *cobra.Command, args []string) error {
+			if all {
+				if len(args) > 0 {
+					return fmt.Errorf("--all takes no NAME (use --match PATTERN), got %d", len(args))
+				}
+				return nil
+			}
+			if match != "" {
+				return fmt.Errorf("--match goes with --all")
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if all {
+				return a.inspectAll(cmd.Context(), match, asJSON)
+			}
 			for _, n := range args {
 				if err := checkName("NAME", n); err != nil {
 					return err
@@ -120,6 +147,8 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&all, "all", false, "list every lock, election and semaphore (SCAN)")
+	cmd.Flags().StringVar(&match, "match", "", "with --all: only names matching this Redis glob pattern")
 	return cmd
 }
 
@@ -144,7 +173,7 @@ func stateOf(info dlock.LockInfo) lockState {
 	}
 	for _, h := range info.Holders {
 		host, pid, _ := dlock.ParseClientID(h.Owner)
-		st.Holders = append(st.Holders, holder{Owner: h.Owner, Host: host, PID: pid, Count: h.Count})
+		st.Holders = append(st.Holders, holder{Owner: h.Owner, Host: host, PID: pid, Count: h.Count, TTLms: h.TTL.Milliseconds()})
 	}
 	switch {
 	case info.TTL < 0:

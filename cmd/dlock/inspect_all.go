@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// listedState is one entry of inspect --all: a lock's state, and what an
+// election or a semaphore adds.
+type listedState struct {
+	Type string `json:"type"` // "lock", "election" or "semaphore"
+	lockState
+	Leader  string `json:"leader"`  // an election's leader value
+	Permits int    `json:"permits"` // a semaphore's number of permits
+}
+
+// inspectAll lists everything Client.Locks finds.
+func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
+	rdb, _, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+	infos, err := locks.Locks(ctx, match)
+	if err != nil {
+		return err
+	}
+	out := make([]listedState, 0, len(infos))
+	for _, info := range infos {
+		st := listedState{Type: info.Type, lockState: stateOf(info), Leader: info.Leader, Permits: info.Permits}
+		switch info.Type {
+		case dlock.TypeElection:
+			st.Kind = "election"
+		case dlock.TypeSemaphore:
+			st.Kind = "semaphore"
+		}
+		out = append(out, st)
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(a.stdout, "no locks, elections or semaphores found")
+	}
+	for _, st := range out {
+		printListed(a.stdout, st)
+	}
+	return nil
+}
+
+func printListed(w io.Writer, st listedState) {
+	switch st.Type {
+	case dlock.TypeElection:
+		name := displayName(st.Name)
+		if st.Leader == "" && !st.Locked {
+			fmt.Fprintf(w, "election %s: no leader\n", name)
+		} else {
+			fmt.Fprintf(w, "election %s: leader %q, expires in %v\n", name, st.Leader, time.Duration(st.TTLms)*time.Millisecond)
+		}
+		for _, h := range st.Holders {
+			fmt.Fprintf(w, "  leader     %s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Owner)
+		}
+		for _, q := range st.Waiters {
+			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+		}
+	case dlock.TypeSemaphore:
+		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken\n", displayName(st.Name), len(st.Holders), st.Permits)
+		for _, h := range st.Holders {
+			fmt.Fprintf(w, "  permit  %s  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), time.Duration(h.TTLms)*time.Millisecond, h.Owner)
+		}
+		for _, q := range st.Waiters {
+			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+		}
+	default:
+		fmt.Fprint(w, "lock ")
+		printState(w, st.lockState)
+	}
+}
+
+// displayName is a name as inspect prints it: whole, unless it is huge.
+func displayName(name string) string {
+	if len(name) > 200 {
+		return shortName(name)
+	}
+	return name
+}

@@ -1,0 +1,185 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// Observe returns a channel that receives the election's leader: its value
+// when Observe starts (if there is a leader), then the value of every new
+// leader as it takes office, and "" when the election is left without a
+// leader by a release with no candidate waiting (Resign, Close). A leader
+// that vanishes without a release (a crash) shows as the next leader's
+// value, when one is elected.
+//
+// It is event-driven: Observe holds a pub/sub connection of its own,
+// subscribed to the election's changes channel and its lock's release
+// channel, and reads Redis only when a release or a reconnection makes the
+// state uncertain; while nothing changes it sends no command. Values are
+// delivered in the order of the leaders' terms (fencing tokens), never
+// twice. The channel is closed when ctx is done or the Client is closed (at
+// once for bad input or a closed Client). Receive from it promptly: a value
+// waits for the receiver. Safe for concurrent use.
+func (e *Election) Observe(ctx context.Context) <-chan string {
+	out := make(chan string, 16)
+	if e.check(ctx) != nil {
+		close(out)
+		return out
+	}
+	o := &observer{e: e, out: out, done: make(chan struct{})}
+	var runCtx context.Context
+	runCtx, o.cancel = context.WithCancel(ctx)
+	if !e.c.trackOther(o) {
+		o.cancel()
+		close(out)
+		return out
+	}
+	go o.run(runCtx)
+	return out
+}
+
+// observer is one Observe call.
+type observer struct {
+	e      *Election
+	out    chan string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returned
+
+	// seq orders what was delivered: 2*token for the leader of term
+	// token, 2*token+1 for a vacancy after it.
+	seq     uint64
+	started bool
+}
+
+func (o *observer) closeWith(ctx context.Context) error {
+	o.cancel()
+	select {
+	case <-o.done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (o *observer) run(ctx context.Context) {
+	e := o.e
+	defer close(o.done)
+	defer close(o.out)
+	defer e.c.untrackOther(o)
+	defer o.cancel()
+	// One SUBSCRIBE for both channels: once it is confirmed, both are.
+	ps := e.c.rdb.Subscribe(context.WithoutCancel(ctx), e.ks.Changes, e.m.ks.Channel)
+	msgs := make(chan any)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		backoff := 10 * time.Millisecond
+		for {
+			m, err := ps.Receive(context.Background())
+			if err != nil {
+				if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+					return
+				}
+				// go-redis reconnects and resubscribes on the next Receive.
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+					return
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			backoff = 10 * time.Millisecond
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer ps.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-msgs:
+			switch m := m.(type) {
+			case *redis.Subscription:
+				// Subscribed, or resubscribed after a reconnection that may
+				// have lost messages: read the state.
+				if m.Kind == "subscribe" && m.Channel == e.ks.Changes && !o.refresh(ctx) {
+					return
+				}
+			case *redis.Message:
+				if m.Channel == e.ks.Changes {
+					if tok, v, ok := keys.ParseLeaderMessage(m.Payload); ok && !o.deliver(ctx, 2*tok, v) {
+						return
+					}
+				} else if !o.refresh(ctx) { // a release: maybe nobody leads now
+					return
+				}
+			}
+		}
+	}
+}
+
+// refresh reads the leader (or its absence) in one MULTI and delivers it if
+// it is news. It reports false when ctx ended.
+func (o *observer) refresh(ctx context.Context) bool {
+	e := o.e
+	var leader *redis.StringCmd
+	var exists *redis.IntCmd
+	var fence *redis.StringCmd
+	_, _, err := roundTrip(e.c, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return e.c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			leader = p.HGet(ctx, e.ks.Lock, keys.LeaderField)
+			exists = p.Exists(ctx, e.ks.Lock)
+			fence = p.Get(ctx, e.m.ks.Fence)
+			return nil
+		})
+	}, nil)
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.c.cfg.logger.Debug("dlock: reading an election's leader failed", "name", e.name, "err", err)
+		return true // the next message or reconnection reads again
+	}
+	first := !o.started
+	o.started = true
+	if tok, v, ok := keys.ParseLeaderValue(leader.Val()); ok {
+		return o.deliver(ctx, 2*tok, v)
+	}
+	if exists.Val() == 1 {
+		return true // granted, not yet announced: its announcement follows
+	}
+	last, _ := fence.Uint64()
+	seq := 2*last + 1
+	if first {
+		o.seq = max(o.seq, seq) // no leader to report yet
+		return true
+	}
+	return o.deliver(ctx, seq, "")
+}
+
+// deliver sends v if seq is newer than what was delivered.
+func (o *observer) deliver(ctx context.Context, seq uint64, v string) bool {
+	if seq <= o.seq {
+		return true
+	}
+	o.seq = seq
+	o.started = true
+	select {
+	case o.out <- v:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

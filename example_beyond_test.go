@@ -1,0 +1,81 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock"
+)
+
+func ExampleElection() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	e := locks.Election("example:report-scheduler")
+	lead, err := e.Campaign(ctx, "host-a") // blocks until this process leads
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Lead under lead: it is cancelled (cause wrapping dlock.ErrLockLost)
+	// if the leadership is lost.
+	leader, _ := e.Leader(ctx)
+	fmt.Println("leader:", leader, "leading:", lead.Err() == nil)
+	if err := e.Resign(ctx); err != nil { // hands over to the next candidate at once
+		log.Fatal(err)
+	}
+	fmt.Println("after Resign:", context.Cause(lead))
+	// Output:
+	// leader: host-a leading: true
+	// after Resign: dlock: leadership resigned
+}
+
+func ExampleElection_Observe() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	e := locks.Election("example:observed")
+	changes := e.Observe(ctx) // each new leader's value, pushed by Redis
+	if _, err := e.Campaign(ctx, "host-b"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%q\n", <-changes)
+	_ = e.Resign(ctx)
+	fmt.Printf("%q\n", <-changes) // "": nobody leads
+	// Output:
+	// "host-b"
+	// ""
+}
+
+func ExampleSemaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// At most 3 exports at once across every process.
+	exports := locks.Semaphore("example:exports", 3)
+	p, err := exports.Acquire(ctx, 5*time.Second, 0) // wait up to 5s; watchdog-renewed
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, dlock.ErrWaitTimeout) when all stayed taken
+	}
+	defer p.Release(ctx)
+	select {
+	case <-p.Done(): // the permit was lost (Redis unreachable past its TTL...)
+		log.Fatal(p.Err())
+	default:
+	}
+	fmt.Println("exporting with a permit")
+	// Output: exporting with a permit
+}

@@ -1,0 +1,260 @@
+// Package discover finds, with SCAN in pages (never KEYS), the locks,
+// elections and semaphores dlock knows of in a Redis: the library's
+// Client.Locks and the CLI's dashboard share it.
+//
+// Locks are hashes whose fields look like lock owners ("<client id>:<n>",
+// "...:write", and "mode" for read-write locks), found by SCAN TYPE hash and
+// a sample of each hash's fields (HRANDFIELD, pipelined per page), plus the
+// names that only have a fencing counter left (SCAN MATCH dlock:fence:*).
+// Elections are the hashes and counters of names under keys.ElectionPrefix;
+// semaphores the sorted sets under keys.SemaphorePrefix.
+package discover
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// ScanCount is the COUNT hint of every SCAN.
+const ScanCount = 1000
+
+// ProbeFields is how many fields of a hash are sampled (HRANDFIELD) to
+// decide whether it is a lock.
+const ProbeFields = 5
+
+// ownerField matches a lock hash's owner field: dlock's and Redisson's
+// "<client id>:<owner or thread id>", a read-write writer's with ":write".
+var ownerField = regexp.MustCompile(`^.+:[0-9]+(:write)?$`)
+
+// LooksLikeLock reports whether sampled hash fields are those of a dlock or
+// Redisson lock: owner fields and, for read-write locks, "mode" (and an
+// election's "leader").
+func LooksLikeLock(fields []string) bool {
+	owners := 0
+	for _, f := range fields {
+		switch {
+		case f == "mode" || f == keys.LeaderField:
+		case ownerField.MatchString(f):
+			owners++
+		default:
+			return false
+		}
+	}
+	return owners > 0
+}
+
+// Options say what to look for.
+type Options struct {
+	// Match, when not "", keeps only names matching this Redis glob
+	// pattern (*, ?, [...], \x).
+	Match string
+	// Limit stops the scans once this many names were found (0: no limit).
+	Limit int
+	// Semaphores adds a SCAN TYPE zset for semaphores.
+	Semaphores bool
+}
+
+// Cost counts the Redis commands of one discovery.
+type Cost struct {
+	Scans  int // SCAN calls
+	Probes int // HRANDFIELD calls
+	Keys   int // keys the scans returned
+}
+
+// Found is one discovery's result: names, not their state.
+type Found struct {
+	Held       map[string]bool // lock names whose hash exists
+	Locks      map[string]bool // every lock name (held, or with a fencing counter)
+	Elections  map[string]bool // election names (with a lock hash or a counter)
+	Semaphores map[string]bool // semaphore names with permits held
+	Cost       Cost
+}
+
+func (f *Found) size() int { return len(f.Locks) + len(f.Elections) + len(f.Semaphores) }
+
+// Masters calls fn for every master node: the Cluster's masters, or the one
+// server (a Sentinel client talks to the current master).
+func Masters(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return errors.New("discover: unsupported Redis client")
+}
+
+// Run scans every master of rdb.
+func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, error) {
+	f := Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{}, Semaphores: map[string]bool{}}
+	var mu sync.Mutex
+	full := func() bool { return o.Limit > 0 && f.size() >= o.Limit }
+	want := func(name string) bool { return o.Match == "" || Glob(o.Match, name) }
+	// addLock files a lock key: an election's lock under its election name.
+	addLock := func(k string, held bool) {
+		if full() {
+			return
+		}
+		if e, ok := keys.NameFromCompanion(keys.ElectionPrefix, k); ok {
+			if want(e) {
+				f.Elections[e] = true
+			}
+			return
+		}
+		if keys.Validate(k) != nil || !want(k) {
+			return
+		}
+		f.Locks[k] = true
+		if held {
+			f.Held[k] = true
+		}
+	}
+	err := Masters(ctx, rdb, func(ctx context.Context, node *redis.Client) error {
+		err := scan(ctx, node, "", "hash", func(ks []string) (bool, error) {
+			var cmds []*redis.StringSliceCmd
+			if len(ks) > 0 {
+				p := node.Pipeline()
+				for _, k := range ks {
+					cmds = append(cmds, p.HRandField(ctx, k, ProbeFields))
+				}
+				if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+					return false, err
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			f.Cost.Scans++
+			f.Cost.Keys += len(ks)
+			f.Cost.Probes += len(ks)
+			for i, k := range ks {
+				if LooksLikeLock(cmds[i].Val()) {
+					addLock(k, true)
+				}
+			}
+			return full(), nil
+		})
+		if err != nil {
+			return err
+		}
+		err = scan(ctx, node, "dlock:fence:*", "string", func(ks []string) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			f.Cost.Scans++
+			f.Cost.Keys += len(ks)
+			for _, k := range ks {
+				if n, ok := keys.NameFromCompanion("dlock:fence", k); ok {
+					addLock(n, false)
+				}
+			}
+			return full(), nil
+		})
+		if err != nil || !o.Semaphores {
+			return err
+		}
+		return scan(ctx, node, keys.SemaphorePrefix+":*", "zset", func(ks []string) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			f.Cost.Scans++
+			f.Cost.Keys += len(ks)
+			for _, k := range ks {
+				if n, ok := keys.NameFromCompanion(keys.SemaphorePrefix, k); ok && want(n) && !full() {
+					f.Semaphores[n] = true
+				}
+			}
+			return full(), nil
+		})
+	})
+	// Held names first: a lock seen by both scans is held.
+	return f, err
+}
+
+// scan pages through SCAN MATCH match TYPE typ, calling page with each
+// page's keys until it reports stop or the scan ends.
+func scan(ctx context.Context, node *redis.Client, match, typ string, page func([]string) (bool, error)) error {
+	var cursor uint64
+	for {
+		ks, next, err := node.ScanType(ctx, cursor, match, ScanCount, typ).Result()
+		if err != nil {
+			return err
+		}
+		stop, err := page(ks)
+		if err != nil || stop || next == 0 {
+			return err
+		}
+		cursor = next
+	}
+}
+
+// Glob reports whether name matches the Redis glob pattern (as SCAN MATCH
+// and KEYS read it: *, ?, [abc], [^a-z], \x).
+func Glob(pattern, name string) bool {
+	for len(pattern) > 0 {
+		switch pattern[0] {
+		case '*':
+			for len(pattern) > 0 && pattern[0] == '*' {
+				pattern = pattern[1:]
+			}
+			if pattern == "" {
+				return true
+			}
+			for i := 0; i <= len(name); i++ {
+				if Glob(pattern, name[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if name == "" {
+				return false
+			}
+			pattern, name = pattern[1:], name[1:]
+		case '[':
+			if name == "" {
+				return false
+			}
+			end := strings.IndexByte(pattern[1:], ']')
+			if end < 0 {
+				return false
+			}
+			set := pattern[1 : 1+end]
+			pattern = pattern[2+end:]
+			neg := strings.HasPrefix(set, "^")
+			if neg {
+				set = set[1:]
+			}
+			hit := false
+			for i := 0; i < len(set); i++ {
+				if i+2 < len(set) && set[i+1] == '-' {
+					if set[i] <= name[0] && name[0] <= set[i+2] {
+						hit = true
+					}
+					i += 2
+				} else if set[i] == name[0] {
+					hit = true
+				}
+			}
+			if hit == neg {
+				return false
+			}
+			name = name[1:]
+		case '\\':
+			if len(pattern) > 1 {
+				pattern = pattern[1:]
+			}
+			fallthrough
+		default:
+			if name == "" || pattern[0] != name[0] {
+				return false
+			}
+			pattern, name = pattern[1:], name[1:]
+		}
+	}
+	return name == ""
+}

@@ -1,0 +1,110 @@
+package keys
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Prefixes of the keys and channels of elections and semaphores. Each is
+// turned into a name with Companion, so that every key of one election or
+// semaphore shares the Cluster slot of its name, and discovery (SCAN MATCH
+// prefix:*) finds them by prefix.
+const (
+	ElectionPrefix        = "dlock:election"         // the election's lock (a Mutex hash)
+	ElectionChangesPrefix = "dlock:election-changes" // channel: each new leader
+	SemaphorePrefix       = "dlock:semaphore"        // sorted set: permit id -> expiry (server ms)
+	SemaphoreSizePrefix   = "dlock:semaphore-size"   // string: the number of permits
+	SemaphoreQueuePrefix  = "dlock:semaphore-queue"  // list of QueueEntry: waiters, first first
+	SemaphoreFreePrefix   = "dlock:semaphore-free"   // channel: "0" when a permit is freed with nobody queued
+)
+
+// LeaderField is the field of an election's lock hash that holds the
+// leader's "<token> <value>" (LeaderValue). It cannot be an owner field:
+// owner fields are "<client id>:<n>".
+const LeaderField = "leader"
+
+// ElectionSet holds the names of one election.
+type ElectionSet struct {
+	Lock    string // the election's lock: a Mutex named "dlock:election:{name}"
+	Changes string // channel on which each new leader is announced (LeaderMessage)
+}
+
+// Election returns the names for election name. name must have passed
+// Validate.
+func Election(name string) ElectionSet {
+	return ElectionSet{
+		Lock:    Companion(ElectionPrefix, name),
+		Changes: Companion(ElectionChangesPrefix, name),
+	}
+}
+
+// SemaphoreSet holds the names of one semaphore.
+type SemaphoreSet struct {
+	Permits string // sorted set: permit id "<client id>:<n>" scored by its expiry, server clock in ms
+	Size    string // the configured number of permits, fixed while the semaphore has holders or waiters
+	Queue   string // waiters for a direct grant, QueueEntry format, first first
+	Free    string // channel: "0" when a permit is freed and nobody is queued
+}
+
+// Semaphore returns the names for semaphore name. name must have passed
+// Validate.
+func Semaphore(name string) SemaphoreSet {
+	return SemaphoreSet{
+		Permits: Companion(SemaphorePrefix, name),
+		Size:    Companion(SemaphoreSizePrefix, name),
+		Queue:   Companion(SemaphoreQueuePrefix, name),
+		Free:    Companion(SemaphoreFreePrefix, name),
+	}
+}
+
+// NameFromCompanion returns the name a companion key was made from
+// (Companion's inverse): "prefix:{name}" or "prefix:{tag}:name".
+func NameFromCompanion(prefix, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+":")
+	if !ok || !strings.HasPrefix(rest, "{") {
+		return "", false
+	}
+	var name string
+	if i := strings.Index(rest, "}:"); i > 0 {
+		name = rest[i+2:]
+	} else {
+		if !strings.HasSuffix(rest, "}") || len(rest) < 3 {
+			return "", false
+		}
+		name = rest[1 : len(rest)-1]
+	}
+	return name, Validate(name) == nil && Companion(prefix, name) == key
+}
+
+// LeaderValue is what an election's hash holds in LeaderField: the
+// leader's fencing token (its term) and its value, "<token> <value>".
+// election_announce.lua writes it.
+func LeaderValue(token uint64, value string) string {
+	return strconv.FormatUint(token, 10) + " " + value
+}
+
+// ParseLeaderValue reverses LeaderValue.
+func ParseLeaderValue(s string) (token uint64, value string, ok bool) {
+	t, v, found := strings.Cut(s, " ")
+	if !found {
+		return 0, "", false
+	}
+	tok, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return tok, v, true
+}
+
+// LeaderMessage is what election_announce.lua publishes on the Changes
+// channel when a leader takes office: "L <token> <value>".
+func LeaderMessage(token uint64, value string) string { return "L " + LeaderValue(token, value) }
+
+// ParseLeaderMessage reverses LeaderMessage.
+func ParseLeaderMessage(msg string) (token uint64, value string, ok bool) {
+	rest, found := strings.CutPrefix(msg, "L ")
+	if !found {
+		return 0, "", false
+	}
+	return ParseLeaderValue(rest)
+}

@@ -1,0 +1,103 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Locks finds every lock, election and semaphore by SCAN (never KEYS), with
+// holders, TTLs and waiters, and filters by a glob.
+func TestLocksListsEverything(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	a, b := newClient(t, r), newClient(t, r)
+	rdb := rdbFor(t, r)
+	rdb.HSet(ctx, "user:1", "name", "x") // a hash that is no lock
+	rdb.Expire(ctx, "user:1", time.Minute)
+	rdb.Set(ctx, "job:string", "x", time.Minute)
+
+	m := a.Mutex("job:mutex")
+	mustLock(t, m)
+	defer mustUnlock(t, m)
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _, _ = b.Mutex("job:mutex").TryLock(bg, 20*time.Second, 0) }()
+	waitQueued(t, a, "job:mutex", 1)
+
+	free := a.Mutex("job:was-held") // only its fencing counter is left
+	mustLock(t, free)
+	mustUnlock(t, free)
+
+	e := a.Election("job:leader")
+	if _, err := e.Campaign(ctx, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Resign(ctx)
+	go func() { _, _ = b.Election("job:leader").Campaign(bg, "host-b") }()
+	waitQueued(t, a, "dlock:election:{job:leader}", 1)
+
+	s := a.Semaphore("job:sem", 2)
+	for range 2 {
+		p, err := s.Acquire(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	go func() {
+		if p, err := b.Semaphore("job:sem", 2).Acquire(bg, 20*time.Second, 0); err == nil {
+			_ = p.Release(context.Background())
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); rdb.LLen(ctx, "dlock:semaphore-queue:{job:sem}").Val() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("semaphore waiter not queued")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, err := a.Locks(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := dataCommands(t, r)
+	if stats["keys"] != 0 || stats["scan"] == 0 {
+		t.Fatalf("commands %v: want SCAN, never KEYS", stats)
+	}
+	got := map[string]LockInfo{}
+	for _, info := range all {
+		got[info.Type+" "+info.Name] = info
+	}
+	if len(got) != 4 {
+		t.Fatalf("found %v", all)
+	}
+	if l := got["lock job:mutex"]; !l.Locked || len(l.Holders) != 1 || l.Holders[0].Owner != m.Owner() || l.TTL <= 0 || len(l.Waiters) != 1 {
+		t.Errorf("mutex %+v", l)
+	}
+	if l := got["lock job:was-held"]; l.Locked || l.Token == 0 {
+		t.Errorf("released lock %+v", l)
+	}
+	if l := got["election job:leader"]; !l.Locked || l.Leader != "host-a" || len(l.Holders) != 1 || l.TTL <= 0 || len(l.Waiters) != 1 {
+		t.Errorf("election %+v", l)
+	}
+	if l := got["semaphore job:sem"]; !l.Locked || l.Permits != 2 || len(l.Holders) != 2 || l.Holders[0].TTL <= 0 || len(l.Waiters) != 1 {
+		t.Errorf("semaphore %+v", l)
+	}
+	some, err := a.Locks(ctx, "job:[ls]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(some) != 2 || some[0].Name != "job:leader" || some[1].Name != "job:sem" {
+		t.Fatalf("Locks(job:[ls]*) = %+v", some)
+	}
+	//lint:ignore SA1012 nil context on purpose
+	if _, err := a.Locks(nil, ""); !errors.Is(err, ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatalf("nil ctx: %v", err)
+	}
+	stop()
+}

@@ -1,0 +1,64 @@
+package dlock
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// SyncLocker returns a sync.Locker over l, for code that takes one (a
+// sync.Cond, a library that accepts a sync.Locker). sync.Locker's methods
+// cannot return an error, so:
+//
+//   - Lock calls l.Lock with a background context until it succeeds. After
+//     each failure (Redis unreachable, a Redis error) it reports the error to
+//     onError and tries again after a backoff that doubles from 10ms to 1s,
+//     with jitter. It never returns without the lock and never panics; on a
+//     Client that is closed, or with a name that is invalid, it therefore
+//     blocks for good (reporting ErrClosed or ErrInvalidArgument each
+//     second), as sync.Mutex.Lock blocks on a mutex never unlocked.
+//   - Unlock calls l.Unlock with a background context; its error (ErrNotHeld,
+//     a loss wrapping ErrLockLost, a Redis error) goes to onError.
+//
+// The hold is in watchdog mode, so a loss while held is reported only at
+// Unlock; code that must react to a loss at once should use the Locker
+// itself. onError may be nil (errors are then dropped); it is called from
+// the goroutine calling Lock or Unlock. The returned Locker is safe for
+// concurrent use, with l's semantics (a Mutex admits one holder at a time).
+func SyncLocker(l Locker, onError func(error)) sync.Locker {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &syncLocker{l: l, onError: onError}
+}
+
+type syncLocker struct {
+	l       Locker
+	onError func(error)
+}
+
+// SyncLocker backoff bounds.
+const (
+	syncLockerMinBackoff = 10 * time.Millisecond
+	syncLockerMaxBackoff = time.Second
+)
+
+func (s *syncLocker) Lock() {
+	backoff := syncLockerMinBackoff
+	for {
+		err := s.l.Lock(context.Background())
+		if err == nil {
+			return
+		}
+		s.onError(err)
+		time.Sleep(backoff/2 + rand.N(backoff/2+1))
+		backoff = min(2*backoff, syncLockerMaxBackoff)
+	}
+}
+
+func (s *syncLocker) Unlock() {
+	if err := s.l.Unlock(context.Background()); err != nil {
+		s.onError(err)
+	}
+}

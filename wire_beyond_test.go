@@ -1,0 +1,58 @@
+package dlock
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+)
+
+// The election's and semaphore's wire formats are defined in internal/keys;
+// the scripts spell them out, and this test holds the two together.
+func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
+	// Semaphore hand-offs reach the waiter's client like a lock's, in
+	// keys.ParseHandoff's format with token 0, read from keys.QueueEntry's.
+	if !strings.Contains(luaSemLib, "publish', '"+keys.ClientChannelPrefix+"' .. cid,") {
+		t.Errorf("sem_lib.lua does not publish grants on %q", keys.ClientChannelPrefix+"<client id>")
+	}
+	if !strings.Contains(luaSemLib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
+		t.Error("sem_lib.lua does not read queue entries as keys.QueueEntry writes them")
+	}
+	if !strings.Contains(luaSemLib, `ticket .. ' 0 ' .. string.format('%d', claim)`) {
+		t.Error("sem_lib.lua's grant message is not \"<ticket> 0 <ttl ms>\"")
+	}
+	if tk, tok, ttl, ok := keys.ParseHandoff("7 0 2000"); !ok || tk != 7 || tok != 0 || ttl != 2000 {
+		t.Error("a semaphore grant message does not parse as a hand-off")
+	}
+	// The election's leader field and announcement, run by the real server.
+	if !strings.Contains(luaAnnounce, "hset', KEYS[1], '"+keys.LeaderField+"',") {
+		t.Errorf("election_announce.lua does not write the field %q", keys.LeaderField)
+	}
+	rdb := rdbFor(t, shared)
+	ctx := ctxT(t)
+	ps := rdb.Subscribe(ctx, "wire:changes")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, "wire:election", "c:1", 1)
+	rdb.PExpire(ctx, "wire:election", 10000)
+	if n, err := scriptAnnounce.run(ctx, rdb, []any{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
+		t.Fatalf("announce: %v %v", n, err)
+	}
+	stored := rdb.HGet(ctx, "wire:election", keys.LeaderField).Val()
+	if tok, v, ok := keys.ParseLeaderValue(stored); !ok || tok != 42 || v != "v a l" || stored != keys.LeaderValue(42, "v a l") {
+		t.Errorf("stored leader %q", stored)
+	}
+	m, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, v, ok := keys.ParseLeaderMessage(m.Payload); !ok || tok != 42 || v != "v a l" || m.Payload != keys.LeaderMessage(42, "v a l") {
+		t.Errorf("announcement %q", m.Payload)
+	}
+	// The renewal kind of permits.
+	if !strings.Contains(luaRenew, "kind == 's'") {
+		t.Error("renew.lua has no permit kind 's'")
+	}
+}
