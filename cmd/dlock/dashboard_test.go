@@ -130,6 +130,7 @@ type lockScene struct {
 	rwm                    *dlock.RWMutex
 	freeToken              uint64
 	waitersDone            chan error
+	letGo                  chan struct{} // closed by close: granted waiters hold until then
 	cancel                 context.CancelFunc
 }
 
@@ -137,7 +138,7 @@ func newScene(t *testing.T, r *testenv.Redis) *lockScene {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	c := newClient(t, r)
-	sc := &lockScene{cancel: cancel, waitersDone: make(chan error, 2)}
+	sc := &lockScene{cancel: cancel, waitersDone: make(chan error, 2), letGo: make(chan struct{})}
 	sc.held = c.Mutex("orders:settle")
 	sc.tagged = c.Mutex("{order:7}:pay")
 	sc.free = c.Mutex("t-dash-free")
@@ -159,6 +160,9 @@ func newScene(t *testing.T, r *testenv.Redis) *lockScene {
 		go func() {
 			ok, err := w.TryLock(ctx, 50*time.Second, 0)
 			if ok {
+				// Hold until the scene closes, so that a view taken after a
+				// hand-off still sees the lock held.
+				<-sc.letGo
 				err = w.Unlock(context.Background())
 			}
 			sc.waitersDone <- err
@@ -180,6 +184,7 @@ func newScene(t *testing.T, r *testenv.Redis) *lockScene {
 // close lets the waiters in and out, and releases the rest.
 func (sc *lockScene) close() {
 	ctx := context.Background()
+	close(sc.letGo)
 	_ = sc.held.Unlock(ctx)
 	_ = sc.tagged.Unlock(ctx)
 	_ = sc.rwm.RUnlock(ctx)
