@@ -76,6 +76,7 @@ type UncontendedGroup struct {
 	AllocsPair Summary          `json:"allocs_per_pair"`
 	BytesPair  Summary          `json:"bytes_per_pair"`
 	CmdsPair   Summary          `json:"cmds_per_pair"`
+	CPUPairUs  Summary          `json:"redis_cpu_per_pair_us"`
 	Runs       []UncontendedRun `json:"runs"`
 }
 
@@ -92,6 +93,7 @@ type HotkeyGroup struct {
 	GapP50Ms     Summary     `json:"gap_p50_ms"`
 	GapP99Ms     Summary     `json:"gap_p99_ms"`
 	CmdsPerGrant Summary     `json:"cmds_per_grant"`
+	CPUGrantUs   Summary     `json:"redis_cpu_per_grant_us"`
 	Grants       int         `json:"grants"` // summed over reps
 	Violations   int64       `json:"violations"`
 	Rewaits      int64       `json:"adapter_rewaits"` // summed over reps
@@ -125,6 +127,7 @@ type ScaleResult struct {
 	HeldCommands       int64            `json:"held_commands"`
 	CmdsPerPeriod      float64          `json:"cmds_per_renewal_period"`
 	CmdsPerLockPeriod  float64          `json:"cmds_per_lock_per_renewal_period"`
+	CPUPerLockPeriodUs float64          `json:"redis_cpu_per_lock_per_renewal_period_us"`
 	HeldCommandStats   map[string]int64 `json:"held_command_stats"`
 	KeysAliveAfter     int64            `json:"keys_alive_after"`
 	AcquireAllSeconds  float64          `json:"acquire_all_s"`
@@ -140,6 +143,7 @@ type ScaleResult struct {
 	WakeMaxMs           float64 `json:"wake_max_ms"`
 	DrainSeconds        float64 `json:"drain_seconds"`
 	DrainCmdsPerGrant   float64 `json:"drain_cmds_per_grant"`
+	DrainCPUPerGrantUs  float64 `json:"drain_redis_cpu_per_grant_us"`
 	Grants              int     `json:"grants"`
 	Violations          int64   `json:"violations"`
 	Errors              int64   `json:"errors"`
@@ -174,6 +178,7 @@ func groupUncontended(runs []UncontendedRun, order []string) []UncontendedGroup 
 			AllocsPair: pick(func(r UncontendedRun) float64 { return r.AllocsPair }),
 			BytesPair:  pick(func(r UncontendedRun) float64 { return r.BytesPair }),
 			CmdsPair:   pick(func(r UncontendedRun) float64 { return r.CmdsPair }),
+			CPUPairUs:  pick(func(r UncontendedRun) float64 { return r.CPUPairUs }),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -215,6 +220,7 @@ func groupHotkey(runs []HotkeyRun, order []string) []HotkeyGroup {
 			GapP50Ms:     pick(func(r HotkeyRun) float64 { return r.GapP50Ms }),
 			GapP99Ms:     pick(func(r HotkeyRun) float64 { return r.GapP99Ms }),
 			CmdsPerGrant: pick(func(r HotkeyRun) float64 { return r.CmdsPerGrant }),
+			CPUGrantUs:   pick(func(r HotkeyRun) float64 { return r.CPUGrantUs }),
 		}
 		total := map[string]int64{}
 		for _, r := range rs {
@@ -387,11 +393,11 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			if section != last {
 				last = section
 				p("### %s (ideal %s ms)\n\n", section, fmtNum(g.IdealMs))
-				p("| lib | cmds/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant |\n")
-				p("|---|---|---|---|---|---|---|---|---|---|\n")
+				p("| lib | cmds/grant | Redis CPU µs/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant |\n")
+				p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 			}
 			n := len(g.Runs)
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.CPUGrantUs, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
 				fmtSum(g.WaitP50Ms, n), fmtSum(g.WaitP99Ms, n), fmtSum(g.WallMs, n), fmtSum(g.Efficiency, n),
 				ifs(g.Violations == 0, "0", fmt.Sprintf("**%d**", g.Violations)), g.TopCommands)
 			if next := nextHotkeySection(rep.Hotkey, g); next {
@@ -409,10 +415,10 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	if len(rep.Uncontended) > 0 {
 		p("## (a) Uncontended acquire + release\n\n")
 		p("G goroutines share one Client, each on its own key, for %s s per run. Allocations are `runtime.MemStats.Mallocs` deltas over the run divided by pairs (whole process: includes the library's background goroutines and the release func each adapter returns; rueidislock's row includes its adapter's bounded wait, about 4 allocs).\n\n", fmtNum(m.Params.UncontendedSeconds))
-		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair |\n|---|---|---|---|---|---|---|---|\n")
+		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Uncontended {
 			n := len(g.Runs)
-			p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n))
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n))
 		}
 		p("\n")
 	}
@@ -437,12 +443,13 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| locks held by one Client | %d (acquired in %.1f s) |\n", s.HeldLocks, s.AcquireAllSeconds)
 		p("| watchdog timeout / renewal period | %s s / %s s (renewal = a third of the timeout); measured over %s s |\n", fmtNum(s.WatchdogS), fmtNum(s.RenewalPeriodS), fmtNum(s.MeasuredS))
 		p("| Redis commands per renewal period | %s (%s per lock); top: %s |\n", fmtNum(s.CmdsPerPeriod), fmtNum(s.CmdsPerLockPeriod), topCommands(s.HeldCommandStats, 0, 3))
+		p("| Redis main-thread CPU per lock per renewal period | %s µs |\n", fmtNum(s.CPUPerLockPeriodUs))
 		p("| lock keys alive after the period | %d |\n", s.KeysAliveAfter)
 		p("| waiters / names | %d / %d |\n", s.Waiters, s.Names)
 		p("| heap per waiter | %s bytes |\n", fmtNum(s.HeapPerWaiterBytes))
 		p("| goroutine stack per waiter | %s bytes (%s goroutines per waiter, the harness's own included) |\n", fmtNum(s.StackPerWaiterBytes), fmtNum(s.GoroutinesPerWaiter))
 		p("| wake latency p50 / p99 / max | %s / %s / %s ms |\n", fmtNum(s.WakeP50Ms), fmtNum(s.WakeP99Ms), fmtNum(s.WakeMaxMs))
-		p("| drain: %d grants in | %.2f s, %s commands per grant |\n", s.Grants, s.DrainSeconds, fmtNum(s.DrainCmdsPerGrant))
+		p("| drain: %d grants in | %.2f s, %s commands and %s µs of Redis main-thread CPU per grant |\n", s.Grants, s.DrainSeconds, fmtNum(s.DrainCmdsPerGrant), fmtNum(s.DrainCPUPerGrantUs))
 		p("| violations / errors | %d / %d %s |\n\n", s.Violations, s.Errors, s.FirstError)
 	}
 	if len(rep.Notes) > 0 {

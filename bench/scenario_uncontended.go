@@ -29,6 +29,7 @@ type UncontendedRun struct {
 	AllocsPair float64 `json:"allocs_per_pair"`
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
+	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
 	Errors     int64   `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
 }
@@ -119,7 +120,7 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 	elapsed := time.Since(begin)
 	runtime.ReadMemStats(&m1)
 
-	_, total, err := srv.CommandsSinceReset(ctx)
+	use, err := srv.SinceReset(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -135,7 +136,8 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		r.PairsPerS = float64(r.Pairs) / elapsed.Seconds()
 		r.AllocsPair = float64(m1.Mallocs-m0.Mallocs) / float64(r.Pairs)
 		r.BytesPair = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(r.Pairs)
-		r.CmdsPair = float64(total) / float64(r.Pairs)
+		r.CmdsPair = float64(use.Total) / float64(r.Pairs)
+		r.CPUPairUs = us(use.CPU) / float64(r.Pairs)
 	}
 	r.PairP50Us = us(all.Quantile(0.50))
 	r.PairP99Us = us(all.Quantile(0.99))
