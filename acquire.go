@@ -254,20 +254,20 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 }
 
 // try sends one attempt. If the caller leaves before the reply, the attempt
-// is undone once it returns.
+// is undone once it returns (see Client.abandoned), or not sent at all.
 func (a *acquisition) try(ctx context.Context) (reply, time.Time, bool, error) {
-	h, q, ttl := a.h, a.q, a.ttl
+	h := a.h
 	sent := time.Now()
-	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
-		return readReply(h.p.attempt(ctx, h, ttl, 0, q))
-	}, func(ctx context.Context, r reply, err error) {
-		if err == nil && r.v[0] != 1 && q.entry == "" {
-			return // neither queued nor granted
-		}
-		h.undo(ctx, q, err != nil || r.v[0] == 1)
-	})
+	cmd, s := h.p.attempt(h, a.ttl, 0, a.q)
+	cl := newCall(cmd, s)
+	cl.op, cl.h, cl.q = opAttempt, h, a.q
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return reply{}, sent, true, err
+	}
+	r, err := h.p.attemptReply(cmd, 0)
+	cl.free()
 	if err != nil {
-		return r, sent, left, err
+		return r, sent, false, err
 	}
 	switch {
 	case r.n == 3 && r.v[0] == 1, r.n == 2 && r.v[0] == 0:
@@ -277,10 +277,49 @@ func (a *acquisition) try(ctx context.Context) (reply, time.Time, bool, error) {
 		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r.v[:r.n])
 	}
 	a.answered = true
-	if q.entry != "" {
+	if a.q.entry != "" {
 		a.q.registered = true
 	}
 	return r, sent, false, nil
+}
+
+// attemptNow sends one attempt for h and reads its reply, with nothing
+// undone if ctx ends first: for tests.
+func (h *hold) attemptNow(ctx context.Context, ttl time.Duration, count int, q queueing) (reply, error) {
+	cmd, s := h.p.attempt(h, ttl, count, q)
+	cl := newCall(cmd, s)
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return reply{}, err
+	}
+	defer cl.free()
+	return h.p.attemptReply(cmd, count)
+}
+
+// abandoned undoes or finishes a call whose caller left before its reply,
+// once the reply is in: an attempt that may have granted or queued is
+// undone, a re-entry counted back down, a release's bookkeeping done. It
+// runs on a goroutine of its own, counted for Close.
+func (c *Client) abandoned(cl *call) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.cleanupTimeout)
+	defer cancel()
+	h := cl.h
+	switch cl.op {
+	case opAttempt:
+		r, err := h.p.attemptReply(cl.cmd, 0)
+		if err == nil && r.v[0] != 1 && cl.q.entry == "" {
+			return // neither queued nor granted
+		}
+		h.undo(ctx, cl.q, err != nil || r.v[0] == 1)
+	case opReenter:
+		// A re-entry that happened is counted back down before the hold
+		// takes its next count-changing call.
+		defer h.endTurn()
+		if r, err := h.p.attemptReply(cl.cmd, cl.count); err == nil && r.v[0] == 1 {
+			_, _ = h.releaseNow(ctx, cl.count+1, false)
+		}
+	case opRelease:
+		_ = h.released(cl)
+	}
 }
 
 // failed ends an acquisition whose attempt or subscription failed. The
@@ -379,7 +418,7 @@ func (a *acquisition) sleep(r reply) time.Duration {
 // whose reply was lost.
 func (h *hold) undo(ctx context.Context, q queueing, mayHold bool) {
 	if _, mutex := h.p.(mutexProtocol); !mutex && mayHold {
-		if err := h.p.release(ctx, h, 1, true).Err(); err != nil {
+		if _, err := h.releaseNow(ctx, 1, true); err != nil {
 			h.c.cfg.logger.Debug("dlock: giving back an unclaimed grant failed; it expires", "name", h.name, "err", err)
 		}
 	}
@@ -400,34 +439,29 @@ func (h *hold) reenter(ctx context.Context, lease time.Duration) error {
 		// re-entering would extend a hold that nothing renews.
 		return err
 	}
-	if err := h.serialize(ctx); err != nil {
+	if err := h.turn(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
 	count := h.count
 	h.mu.Unlock()
 	if count == 0 {
-		h.unserialize()
+		h.endTurn()
 		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
 	}
 	ttl := lease
 	if lease <= 0 {
 		ttl = h.c.cfg.watchdog
 	}
-	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
-		return readReply(h.p.attempt(ctx, h, ttl, count, queueing{}))
-	}, func(ctx context.Context, r reply, err error) {
-		// The caller left: a re-entry that happened is counted back down
-		// before the hold takes its next count-changing call.
-		defer h.unserialize()
-		if err == nil && r.v[0] == 1 {
-			_ = h.p.release(ctx, h, count+1, false).Err()
-		}
-	})
-	if left {
-		return err
+	cmd, s := h.p.attempt(h, ttl, count, queueing{})
+	cl := newCall(cmd, s)
+	cl.op, cl.h, cl.count = opReenter, h, count
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return err // the handler gives the turn back
 	}
-	defer h.unserialize()
+	defer h.endTurn()
+	r, err := h.p.attemptReply(cmd, count)
+	cl.free()
 	if err != nil {
 		return err
 	}

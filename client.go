@@ -29,6 +29,7 @@ type Client struct {
 	id      string
 	hub     *notify.Hub
 	renewer *renew.Renewer
+	batch   *batcher
 	arg     scriptArgs
 	owners  atomic.Uint64 // numbers owner fields: one per hold, never reused
 	closed  atomic.Bool
@@ -78,6 +79,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			writerWaitMs: ms(cfg.recheck + cfg.claim),
 		},
 	}
+	c.batch = newBatcher(rdb, c.abandoned)
 	c.hub = notify.New(rdb, notify.Config{
 		ClientChannel: keys.ClientChannel(c.id),
 		Linger:        cfg.linger,
@@ -141,15 +143,19 @@ func (c *Client) Close() error {
 		})
 	}
 	var errs []error
-	budget := time.NewTimer(time.Until(deadline))
-	defer budget.Stop()
+	budget, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// Last, whatever happens: the batcher's workers end once its queue is
+	// empty; later calls (cleanups that outlive the budget) go out on
+	// goroutines of their own.
+	defer c.batch.stop()
 	for range holds {
 		select {
 		case err := <-released:
 			if err != nil {
 				errs = append(errs, err)
 			}
-		case <-budget.C:
+		case <-budget.Done():
 			errs = append(errs, fmt.Errorf("dlock: close timeout: some locks were left to expire by their TTL"))
 			return errors.Join(errs...)
 		}
@@ -158,10 +164,19 @@ func (c *Client) Close() error {
 		errs = append(errs, err)
 	}
 	done := make(chan struct{})
-	go func() { c.background.Wait(); close(done) }()
+	go func() {
+		c.background.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
-	case <-budget.C:
+	case <-budget.Done():
+	}
+	// Calls whose callers left are completed (and undone) before the
+	// workers end, within the budget too.
+	select {
+	case <-c.batch.drain():
+	case <-budget.Done():
 	}
 	return errors.Join(errs...)
 }
@@ -257,7 +272,7 @@ func (c *Client) renewBatch(ctx context.Context, batch []*renew.Entry, ttls []in
 		keyArgs = append(keyArgs, e.Key, set, h.ks.Fence, h.ks.Forced)
 		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
 	}
-	res, err := scriptRenew.run(ctx, c.rdb, keyArgs, args...).Int64Slice()
+	res, err := scriptRenew.run(ctx, c, keyArgs, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

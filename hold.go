@@ -291,8 +291,8 @@ func (h *hold) context(parent context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// serialize waits for the hold's turn for a count-changing call, or for ctx.
-func (h *hold) serialize(ctx context.Context) error {
+// turn waits for the hold's turn for a count-changing call, or for ctx.
+func (h *hold) turn(ctx context.Context) error {
 	select {
 	case h.serial <- struct{}{}:
 		return nil
@@ -301,4 +301,14 @@ func (h *hold) serialize(ctx context.Context) error {
 	}
 }
 
-func (h *hold) unserialize() { <-h.serial }
+// tryTurn takes the hold's turn if no other call has it.
+func (h *hold) tryTurn() bool {
+	select {
+	case h.serial <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *hold) endTurn() { <-h.serial }

@@ -150,7 +150,7 @@ func forceUnlock(ctx context.Context, hd *handle) (bool, error) {
 	a := &hd.c.arg
 	keys := []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Queue, hd.ks.Forced}
 	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptForce.run(ctx, hd.c.rdb, keys, a.claimMs, a.fenceTTLMs).Int64()
+		return scriptForce.run(ctx, hd.c, keys, a.claimMs, a.fenceTTLMs).Int64()
 	}, nil)
 	return n == 1, err
 }

@@ -1,28 +1,49 @@
 -- release: undo one hold of a reentrant lock, or all of them.
+-- KEYS[1] the lock hash, KEYS[2] the fencing counter, KEYS[3] the queue,
 -- KEYS[4] the forced set dlock:forced:{name}
 -- ARGV[1] owner field
 -- ARGV[2] the hold count the caller believes it has
 -- ARGV[3] hand-off claim window in ms
 -- ARGV[4] fencing counter ttl in ms
--- ARGV[5] '1' to drop every hold of this owner at once
--- Returns {1, remaining count}, or {0, why} when the caller holds nothing
--- (why_gone's code).
+-- ARGV[5] '1' to drop every hold of this owner at once (absent otherwise)
+-- Returns one integer: r >= 0 released, r is the count that remains;
+-- r < 0 the caller holds nothing, and -1 - r is why (why_gone's code).
 --
 -- A resent call must not decrement twice: a non-final decrement is recognised
 -- by the count being one less than expected. A resent final release finds the
 -- field gone with the code GONE; owner fields are never reused, so the caller,
--- whose hold could not have expired yet, knows it was its own release.
+-- whose hold could not have expired yet, knows it was its own.
+--
+-- The common case, a final release with nobody queued, comes first, before
+-- lib.lua's helpers are defined (release_to_next's work, inline).
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
+local first = false
+if cnt == '1' and ARGV[2] == '1' then
+  first = redis.call('lpop', KEYS[3])
+  if not first then
+    redis.call('del', KEYS[1])
+    -- Redisson's unlock message, on its channel for the name (redisson_name).
+    local channel = 'redisson_lock__channel:{' .. KEYS[1] .. '}'
+    if string.find(KEYS[1], '{', 1, true) then channel = 'redisson_lock__channel:' .. KEYS[1] end
+    redis.pcall('publish', channel, '0')
+    return 0
+  end
+end
+--[[lib.lua]]
+if first then
+  release_to_next(ARGV[3], ARGV[4], first)
+  return 0
+end
 if not cnt then
-  return {0, why_gone(KEYS[2], KEYS[4], ARGV[1])}
+  return -1 - why_gone(KEYS[2], KEYS[4], ARGV[1])
 end
 cnt = tonumber(cnt)
 local expected = tonumber(ARGV[2])
 if ARGV[5] ~= '1' then
   -- Checked before anything else: a resent 2 -> 1 finds count 1, which must
   -- not read as a final release.
-  if expected > 1 and cnt == expected - 1 then return {1, cnt} end
-  if cnt > 1 then return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
+  if expected > 1 and cnt == expected - 1 then return cnt end
+  if cnt > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 end
 release_to_next(ARGV[3], ARGV[4])
-return {1, 0}
+return 0
