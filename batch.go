@@ -63,9 +63,9 @@ type call struct {
 	q        queueing
 	count    int
 	all      bool
-	final    bool           // a release that ends the hold
-	renewing bool           // a final release of a hold that was being renewed
-	observe  func(Release)  // a release's observers
+	final    bool          // a release that ends the hold
+	renewing bool          // a final release of a hold that was being renewed
+	observe  func(Release) // a release's observers
 
 	state atomic.Int32
 	done  chan struct{} // receives once the reply is in, unless abandoned
