@@ -201,7 +201,7 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 		switch p := a.h.p.(type) {
 		case mutexProtocol:
 			if p.fair {
-				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.fieldArg.(string))
+				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.ownerField)
 			}
 		case writeProtocol:
 			a.q.entry = "w"
@@ -388,7 +388,7 @@ func (a *acquisition) join(ctx context.Context) error {
 	}
 	switch h.p.(type) {
 	case mutexProtocol:
-		a.q.entry = keys.QueueEntry(a.w.Ticket, ms(a.ttl), h.fieldArg.(string))
+		a.q.entry = keys.QueueEntry(a.w.Ticket, ms(a.ttl), h.ownerField)
 	case writeProtocol:
 		a.q.entry = "w"
 	}

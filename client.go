@@ -30,9 +30,11 @@ type Client struct {
 	hub     *notify.Hub
 	renewer *renew.Renewer
 	batch   *batcher
-	arg     scriptArgs
-	owners  atomic.Uint64 // numbers owner fields: one per hold, never reused
-	closed  atomic.Bool
+	// deadlines declares holds lost whose local deadline passes unrenewed.
+	deadlines *deadlines
+	arg       scriptArgs
+	owners    atomic.Uint64 // numbers owner fields: one per hold, never reused
+	closed    atomic.Bool
 
 	background sync.WaitGroup // detached calls and cleanups, for Close
 
@@ -80,6 +82,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		},
 	}
 	c.batch = newBatcher(rdb, c.abandoned)
+	c.deadlines = newDeadlines((*hold).checkDeadline)
 	c.hub = notify.New(rdb, notify.Config{
 		ClientChannel: keys.ClientChannel(c.id),
 		Linger:        cfg.linger,
@@ -149,6 +152,7 @@ func (c *Client) Close() error {
 	// empty; later calls (cleanups that outlive the budget) go out on
 	// goroutines of their own.
 	defer c.batch.stop()
+	defer c.deadlines.stop()
 	for range holds {
 		select {
 		case err := <-released:

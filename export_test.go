@@ -38,7 +38,7 @@ func (h *hold) attemptRaw(ctx context.Context, ttl time.Duration, count int, ent
 }
 
 // field is h's owner field.
-func (h *hold) field() string { return h.fieldArg.(string) }
+func (h *hold) field() string { return h.ownerField }
 
 // lockCtx locks m and returns the hold's context, failing the test on error.
 func lockCtx(t testing.TB, m *Mutex) context.Context {

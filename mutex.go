@@ -57,7 +57,7 @@ func (m *Mutex) Owner() string { return owner(&m.handle) }
 
 func owner(hd *handle) string {
 	if h := hd.lastHold(); h != nil && !hd.idle() {
-		return h.fieldArg.(string)
+		return h.ownerField
 	}
 	return ""
 }
@@ -181,7 +181,7 @@ func holdCount(ctx context.Context, hd *handle) (int, error) {
 		return 0, nil
 	}
 	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int, error) {
-		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.fieldArg.(string)).Int()
+		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.ownerField).Int()
 	}, nil)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil

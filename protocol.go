@@ -180,7 +180,7 @@ func (mutexProtocol) leave(ctx context.Context, h *hold, q queueing) *redis.Cmd 
 	return scriptLeave.run(ctx, h.c, h.keys[:3], q.entry, h.fieldArg, a.claimMs, a.fenceTTLMs)
 }
 
-func (mutexProtocol) channel(h *hold) string { return h.ks.Channel }
+func (mutexProtocol) channel(h *hold) string { return h.handle.channel() }
 func (mutexProtocol) shared() bool           { return false }
 func (mutexProtocol) handsOff() bool         { return true }
 func (mutexProtocol) renewKind() byte        { return 'm' }

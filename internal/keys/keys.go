@@ -104,6 +104,40 @@ func For(name string) Set {
 	}
 }
 
+// ForMutex returns the names a Mutex needs on every call (Lock, Fence, Queue
+// and Forced) built in one allocation, with the others left empty: a handle
+// made per acquisition needs no more. name must have passed Validate.
+func ForMutex(name string) Set {
+	prefixes := [...]string{"dlock:fence", "dlock:queue", "dlock:forced"}
+	tag, tagged := HashTag(name)
+	var b strings.Builder
+	n := 0
+	for _, p := range prefixes {
+		n += len(p) + 3 + len(name)
+		if tagged {
+			n += len(tag) + 1
+		}
+	}
+	b.Grow(n)
+	var ends [len(prefixes)]int
+	for i, p := range prefixes {
+		b.WriteString(p)
+		if tagged {
+			b.WriteString(":{")
+			b.WriteString(tag)
+			b.WriteString("}:")
+			b.WriteString(name)
+		} else {
+			b.WriteString(":{")
+			b.WriteString(name)
+			b.WriteString("}")
+		}
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	return Set{Lock: name, Fence: all[:ends[0]], Queue: all[ends[0]:ends[1]], Forced: all[ends[1]:ends[2]]}
+}
+
 // redissonName is Redisson's prefixName: a name that already contains '{' is
 // appended as it is (its own hash tag decides), any other is wrapped in braces.
 func redissonName(prefix, name string) string {
