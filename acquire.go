@@ -274,7 +274,7 @@ func (a *acquisition) try(ctx context.Context) (reply, time.Time, bool, error) {
 	case r.n == 1 && r.v[0] == -2:
 		return r, sent, false, ErrUpgrade
 	default:
-		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r.v[:r.n])
+		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r)
 	}
 	a.answered = true
 	if a.q.entry != "" {

@@ -43,6 +43,9 @@ type hold struct {
 	renewal  renew.Entry
 	renewing bool // renewal is registered with the watchdog
 
+	// argBuf holds a Mutex's script arguments (intCmd).
+	argBuf [14]any
+
 	// serial admits one re-entry or release call at a time: each sends the
 	// count it expects, which must not be read twice.
 	serial gate
@@ -316,6 +319,20 @@ func (h *hold) context(parent context.Context) (context.Context, context.CancelF
 		cancel(err)
 	})
 	return ctx, func() { cancel(context.Canceled) }
+}
+
+// intCmd builds an EVALSHA of s with its arguments in the hold's own buffer:
+// the attempts of an acquisition follow one another, the count-changing
+// calls of a hold take turns (turn) and a call whose caller left keeps the
+// turn until its reply is in, so a call's buffer is free again by the time
+// the next call is built.
+func (h *hold) intCmd(s *script, keys []any, args ...any) *redis.IntCmd {
+	buf := append(h.argBuf[:0], "evalsha", s.sha, len(keys))
+	buf = append(buf, keys...)
+	buf = append(buf, args...)
+	cmd := redis.NewIntCmd(context.Background(), buf...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // turn waits for the hold's turn for a count-changing call, or for ctx.

@@ -53,6 +53,9 @@ type reply struct {
 	v [3]int64
 }
 
+// String prints the reply's integers, as the script sent them.
+func (r reply) String() string { return fmt.Sprint(r.v[:r.n]) }
+
 // readReply reads a reply sent as an array of integers (the read-write
 // lock scripts).
 func readReply(c redis.Cmder) (reply, error) {
@@ -119,7 +122,7 @@ func (p mutexProtocol) attempt(h *hold, ttl time.Duration, count int, q queueing
 	a := &h.c.arg
 	if q.entry == "" && !p.fair {
 		// The common call: four arguments, acquire.lua's first branch.
-		return scriptAcquire.intCmd(h.keys[:3], h.fieldArg, ttlArg(h.c, ttl), count, a.fenceTTLMs), scriptAcquire
+		return h.intCmd(scriptAcquire, h.keys[:3], h.fieldArg, ttlArg(h.c, ttl), count, a.fenceTTLMs), scriptAcquire
 	}
 	var entry, registered, fair any = "", "0", "0"
 	if q.entry != "" {
@@ -131,7 +134,7 @@ func (p mutexProtocol) attempt(h *hold, ttl time.Duration, count int, q queueing
 	if p.fair {
 		fair = "1"
 	}
-	return scriptAcquire.intCmd(h.keys[:3], h.fieldArg, ttlArg(h.c, ttl), count, a.fenceTTLMs,
+	return h.intCmd(scriptAcquire, h.keys[:3], h.fieldArg, ttlArg(h.c, ttl), count, a.fenceTTLMs,
 		entry, registered, a.queueTTLMs, fair, a.claimMs), scriptAcquire
 }
 
@@ -156,9 +159,9 @@ func (mutexProtocol) attemptReply(cmd redis.Cmder, count int) (reply, error) {
 func (mutexProtocol) release(h *hold, count int, all bool) (redis.Cmder, *script) {
 	a := &h.c.arg
 	if all {
-		return scriptRelease.intCmd(h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs, "1"), scriptRelease
+		return h.intCmd(scriptRelease, h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs, "1"), scriptRelease
 	}
-	return scriptRelease.intCmd(h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs), scriptRelease
+	return h.intCmd(scriptRelease, h.keys, h.fieldArg, count, a.claimMs, a.fenceTTLMs), scriptRelease
 }
 
 // releaseReply reads release.lua's one integer into a reply.

@@ -124,7 +124,7 @@ func (h *hold) released(cl *call) (err error) {
 	}
 	r, err := h.p.releaseReply(cl.cmd)
 	if err == nil && (r.n != 2 || r.v[0] != 0 && r.v[0] != 1) {
-		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
+		err = fmt.Errorf("dlock: unexpected release reply %v", r)
 	}
 	switch {
 	case err != nil && !final:

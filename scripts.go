@@ -95,16 +95,6 @@ func (s *script) cmd(keys []any, args ...any) *redis.Cmd {
 	return cmd
 }
 
-// intCmd builds an EVALSHA of s whose reply is one integer (read without
-// boxing it).
-func (s *script) intCmd(keys []any, args ...any) *redis.IntCmd {
-	cmd := redis.NewIntCmd(context.Background(), s.args(keys, args)...)
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	return cmd
-}
-
 // run sends an EVALSHA of s through c's batcher and returns its reply, or,
 // once ctx is done, a command failed with ctx's cause (the call itself goes
 // on, unobserved). keys and args are boxed by the caller.
