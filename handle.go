@@ -54,7 +54,7 @@ func (hd *handle) channel() string {
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
 	if hd.ks.Channel == "" {
-		hd.ks.Channel = keys.For(hd.name).Channel
+		hd.ks.Channel = keys.LockChannel(hd.name)
 	}
 	return hd.ks.Channel
 }

@@ -93,7 +93,7 @@ type Set struct {
 func For(name string) Set {
 	return Set{
 		Lock:    name,
-		Channel: redissonName("redisson_lock__channel", name),
+		Channel: LockChannel(name),
 		Fence:   Companion("dlock:fence", name),
 		Queue:   Companion("dlock:queue", name),
 		Forced:  Companion("dlock:forced", name),
@@ -137,6 +137,9 @@ func ForMutex(name string) Set {
 	all := b.String()
 	return Set{Lock: name, Fence: all[:ends[0]], Queue: all[ends[0]:ends[1]], Forced: all[ends[1]:ends[2]]}
 }
+
+// LockChannel is Redisson's release channel of the lock name (Set.Channel).
+func LockChannel(name string) string { return redissonName("redisson_lock__channel", name) }
 
 // redissonName is Redisson's prefixName: a name that already contains '{' is
 // appended as it is (its own hash tag decides), any other is wrapped in braces.
