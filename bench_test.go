@@ -161,3 +161,17 @@ func benchHotKey(b *testing.B, mode hotMode) {
 		})
 	}
 }
+
+// BenchmarkPing is the round trip the uncontended benchmarks compare with:
+// one PING through the same kind of client, one goroutine.
+func BenchmarkPing(b *testing.B) {
+	rdb := rdbFor(b, shared)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
