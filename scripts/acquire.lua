@@ -21,9 +21,10 @@
 -- call whose reply was lost, the count is already one more than expected, and
 -- the script reports the hold instead of counting it twice.
 --
--- The common case, a free lock taken by a caller that does not queue, comes
--- first, before lib.lua's helpers are defined: PTTL answers both "is it
--- free" and, when it is not, "for how long".
+-- The common cases come first, before lib.lua's helpers are defined: a free
+-- lock taken by a caller that does not queue, and a lock held by another
+-- owner (a waiter's attempt). PTTL answers both "is it free" and, when it is
+-- not, "for how long".
 local ttl = redis.call('pttl', KEYS[1])
 local taken = false
 if ttl == -2 and ARGV[3] == '0' and not ARGV[5] then
@@ -34,12 +35,31 @@ if ttl == -2 and ARGV[3] == '0' and not ARGV[5] then
   -- The counter had expired: INCR created it from zero, without a TTL.
   taken = true
 end
---[[lib.lua]]
-if taken then return issue_token(ARGV[4]) end
-local expected = tonumber(ARGV[3])
 local entry = ARGV[5] or ''
 local cnt = false
 if ttl ~= -2 then cnt = redis.call('hget', KEYS[1], ARGV[1]) end
+-- enqueue registers the caller's entry, if it has one, behind the others.
+local function enqueue()
+  if entry == '' then return end
+  if ARGV[6] == '1' then
+    if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
+    redis.call('pexpire', KEYS[3], ARGV[7])
+  else
+    -- A call resent by go-redis (its reply lost) finds its own entry last in
+    -- the queue: one look at the tail keeps it from queueing twice.
+    if redis.call('lpos', KEYS[3], entry, 'RANK', -1, 'MAXLEN', 1) then return end
+    if redis.call('rpush', KEYS[3], entry) == 1 then
+      redis.call('pexpire', KEYS[3], ARGV[7])
+    end
+  end
+end
+if ttl ~= -2 and not cnt and ARGV[3] == '0' then
+  enqueue()
+  return -3 - ttl
+end
+--[[lib.lua]]
+if taken then return issue_token(ARGV[4]) end
+local expected = tonumber(ARGV[3])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
@@ -61,20 +81,6 @@ if cnt then
 end
 if expected > 0 then
   return -1
-end
-local function enqueue()
-  if entry == '' then return end
-  if ARGV[6] == '1' then
-    if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
-    redis.call('pexpire', KEYS[3], ARGV[7])
-  else
-    -- A call resent by go-redis (its reply lost) finds its own entry last in
-    -- the queue: one look at the tail keeps it from queueing twice.
-    if redis.call('lpos', KEYS[3], entry, 'RANK', -1, 'MAXLEN', 1) then return end
-    if redis.call('rpush', KEYS[3], entry) == 1 then
-      redis.call('pexpire', KEYS[3], ARGV[7])
-    end
-  end
 end
 if ttl == -2 and ARGV[8] == '1' then
   -- Fair: a free lock with waiters queued goes to the head of the queue (it
