@@ -144,6 +144,17 @@ func TestUncontendedEveryLib(t *testing.T) {
 			if p := r.Problems(); len(p) != 0 {
 				t.Errorf("problems: %v", p)
 			}
+			if r.PingP50Us != 0 {
+				t.Errorf("G=2 run measured PINGs: %+v", r)
+			}
+			// G=1: the pair is compared with PINGs through the lib's own client.
+			one, err := runUncontended(ctx, srv, lib, UncontendedConfig{G: 1, Duration: 50 * time.Millisecond, PingFor: 30 * time.Millisecond}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if one.PingP50Us <= 0 || one.PairPings <= 0 {
+				t.Errorf("G=1 run without its PING comparison: %+v", one)
+			}
 		})
 	}
 }

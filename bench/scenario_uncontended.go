@@ -14,6 +14,7 @@ import (
 type UncontendedConfig struct {
 	G        int
 	Duration time.Duration
+	PingFor  time.Duration // G=1: PINGs through the lib's client before the run
 }
 
 // UncontendedRun is one run of scenario (a) for one Lib.
@@ -30,6 +31,11 @@ type UncontendedRun struct {
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
 	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
+	// PingP50Us is the p50 of sequential PINGs through the lib's own client
+	// just before the run (G=1 only, 0 when the adapter cannot ping), and
+	// PairPings the pair's p50 in such round trips.
+	PingP50Us  float64 `json:"ping_p50_us,omitempty"`
+	PairPings  float64 `json:"pair_p50_in_pings,omitempty"`
 	Errors     int64   `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
 }
@@ -79,6 +85,13 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		start    = make(chan struct{})
 		end      time.Time
 	)
+	if p, ok := c.(Pinger); ok && cfg.G == 1 {
+		ping, err := pingP50(ctx, p, cfg.PingFor)
+		if err != nil {
+			return r, fmt.Errorf("%s: PING: %w", lib.Name(), err)
+		}
+		r.PingP50Us = us(ping)
+	}
 	if err := srv.ResetStats(ctx); err != nil {
 		return r, err
 	}
@@ -141,5 +154,21 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 	}
 	r.PairP50Us = us(all.Quantile(0.50))
 	r.PairP99Us = us(all.Quantile(0.99))
+	if r.PingP50Us > 0 {
+		r.PairPings = r.PairP50Us / r.PingP50Us
+	}
 	return r, nil
+}
+
+// pingP50 sends sequential PINGs through p for d and returns their p50.
+func pingP50(ctx context.Context, p Pinger, d time.Duration) (time.Duration, error) {
+	h := new(hist)
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		t0 := time.Now()
+		if err := p.Ping(ctx); err != nil {
+			return 0, err
+		}
+		h.Record(time.Since(t0))
+	}
+	return h.Quantile(0.50), nil
 }
