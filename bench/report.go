@@ -421,7 +421,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	if len(rep.Uncontended) > 0 {
 		p("## (a) Uncontended acquire + release\n\n")
 		p("G goroutines share one Client, each on its own key, for %s s per run. Allocations are `runtime.MemStats.Mallocs` deltas over the run divided by pairs (whole process: includes the library's background goroutines and the release func each adapter returns; rueidislock's row includes its adapter's bounded wait, about 4 allocs).\n\n", fmtNum(m.Params.UncontendedSeconds))
-		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair. For G=1, *PING p50* is sequential PINGs through the lib's own client right before the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
+		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair. For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
 		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Uncontended {
 			n := len(g.Runs)

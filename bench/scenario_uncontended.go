@@ -14,7 +14,7 @@ import (
 type UncontendedConfig struct {
 	G        int
 	Duration time.Duration
-	PingFor  time.Duration // G=1: PINGs through the lib's client before the run
+	PingFor  time.Duration // G=1: PINGs through the lib's client, half before and half after the run
 }
 
 // UncontendedRun is one run of scenario (a) for one Lib.
@@ -32,8 +32,8 @@ type UncontendedRun struct {
 	CmdsPair   float64 `json:"cmds_per_pair"`
 	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
 	// PingP50Us is the p50 of sequential PINGs through the lib's own client
-	// just before the run (G=1 only, 0 when the adapter cannot ping), and
-	// PairPings the pair's p50 in such round trips.
+	// right before and right after the run (G=1 only, 0 when the adapter
+	// cannot ping), and PairPings the pair's p50 in such round trips.
 	PingP50Us  float64 `json:"ping_p50_us,omitempty"`
 	PairPings  float64 `json:"pair_p50_in_pings,omitempty"`
 	Errors     int64   `json:"errors"`
@@ -85,12 +85,18 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		start    = make(chan struct{})
 		end      time.Time
 	)
-	if p, ok := c.(Pinger); ok && cfg.G == 1 {
-		ping, err := pingP50(ctx, p, cfg.PingFor)
-		if err != nil {
+	// G=1: PINGs through the lib's own client, half right before the run
+	// and half right after, so that the comparison sees the conditions of
+	// the run (on a shared VM, round trips drift between runs).
+	pinger, _ := c.(Pinger)
+	if cfg.G != 1 || cfg.PingFor <= 0 {
+		pinger = nil
+	}
+	pings := new(hist)
+	if pinger != nil {
+		if err := pingFor(ctx, pinger, cfg.PingFor/2, pings); err != nil {
 			return r, fmt.Errorf("%s: PING: %w", lib.Name(), err)
 		}
-		r.PingP50Us = us(ping)
 	}
 	if err := srv.ResetStats(ctx); err != nil {
 		return r, err
@@ -137,6 +143,12 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 	if err != nil {
 		return r, err
 	}
+	if pinger != nil {
+		if err := pingFor(ctx, pinger, cfg.PingFor/2, pings); err != nil {
+			return r, fmt.Errorf("%s: PING: %w", lib.Name(), err)
+		}
+		r.PingP50Us = us(pings.Quantile(0.50))
+	}
 	all := new(hist)
 	for i, h := range hists {
 		all.Merge(h)
@@ -160,15 +172,14 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 	return r, nil
 }
 
-// pingP50 sends sequential PINGs through p for d and returns their p50.
-func pingP50(ctx context.Context, p Pinger, d time.Duration) (time.Duration, error) {
-	h := new(hist)
+// pingFor sends sequential PINGs through p for d, recording each in h.
+func pingFor(ctx context.Context, p Pinger, d time.Duration, h *hist) error {
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		t0 := time.Now()
 		if err := p.Ping(ctx); err != nil {
-			return 0, err
+			return err
 		}
 		h.Record(time.Since(t0))
 	}
-	return h.Quantile(0.50), nil
+	return nil
 }
