@@ -14,10 +14,11 @@
 -- field gone with the code GONE; owner fields are never reused, so the caller,
 -- whose hold could not have expired yet, knows it was its own.
 --
--- The common case, a final release with nobody queued, comes first, before
--- lib.lua's helpers are defined (release_to_next's work, inline).
+-- The common cases come first, before lib.lua's helpers are defined: a
+-- final release with nobody queued (release_to_next's work, inline), and one
+-- that hands the lock to a well-formed first entry (hand_off's, inline).
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
-local first = false
+local first, handed = false, false
 if cnt == '1' and ARGV[2] == '1' then
   first = redis.call('lpop', KEYS[3])
   if not first then
@@ -28,9 +29,32 @@ if cnt == '1' and ARGV[2] == '1' then
     redis.pcall('publish', channel, '0')
     return 0
   end
+  local ticket, ttl, field = string.match(first, '^(%d+) (%d+) (.+)$')
+  local cid = field and string.match(field, '^(.*):')
+  if cid then
+    redis.call('del', KEYS[1])
+    redis.call('hset', KEYS[1], field, 1)
+    local claim = math.min(tonumber(ttl), tonumber(ARGV[3]))
+    redis.call('pexpire', KEYS[1], claim)
+    local tok = redis.call('incr', KEYS[2])
+    handed = {ticket, cid, claim}
+    if tok ~= 1 then
+      redis.pcall('publish', 'dlock:client:' .. cid,
+        ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
+      return 0
+    end
+    -- The counter had expired: a new sequence, below.
+  end
 end
 --[[lib.lua]]
+if handed then
+  local tok = issue_token(ARGV[4])
+  publish('dlock:client:' .. handed[2],
+    handed[1] .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', handed[3]))
+  return 0
+end
 if first then
+  -- The first entry was not a waiter's: hand_off goes on down the queue.
   release_to_next(ARGV[3], ARGV[4], first)
   return 0
 end
