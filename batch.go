@@ -37,7 +37,6 @@ type batcher struct {
 	// to zero while someone waits for that (Close).
 	pending int
 	drained chan struct{}
-	done    sync.WaitGroup // the workers
 }
 
 // batchWorkers is how many round trips one Client has in flight at most.
@@ -101,7 +100,6 @@ func (cl *call) free() {
 
 func newBatcher(rdb redis.UniversalClient, abandoned func(*call)) *batcher {
 	b := &batcher{rdb: rdb, abandoned: abandoned, wake: make(chan struct{}, batchWorkers)}
-	b.done.Add(batchWorkers)
 	for range batchWorkers {
 		go b.work()
 	}
@@ -164,7 +162,6 @@ func (b *batcher) submit(cl *call) {
 }
 
 func (b *batcher) work() {
-	defer b.done.Done()
 	var batch []*call
 	for {
 		b.mu.Lock()
