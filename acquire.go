@@ -101,9 +101,12 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 		return a.spin(ctx, waitCtx)
 	}
 	defer a.leaveHub()
-	// When the client already listens for hand-offs, the first attempt also
-	// queues the caller if the lock is taken: no second round trip.
-	if a.canWait && c.hub.Ready() {
+	// When the client already listens for this lock's hand-offs (a hot lock:
+	// this process waits, or waited a moment ago, for it), the first attempt
+	// also queues the caller if the lock is taken: no second round trip. A
+	// lock that is not known to be contended is tried first, which costs
+	// nothing more when it is free: no waiter to register, no SUBSCRIBE.
+	if a.canWait && c.hub.Listening(a.h.p.channel(a.h)) {
 		if err := a.join(waitCtx); err != nil {
 			return a.failed(ctx, err, false)
 		}
@@ -202,7 +205,7 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 		switch p := a.h.p.(type) {
 		case mutexProtocol:
 			if p.fair {
-				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.fieldArg.(string))
+				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.ownerField)
 			}
 		case writeProtocol:
 			a.q.entry = "w"
@@ -255,33 +258,72 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 }
 
 // try sends one attempt. If the caller leaves before the reply, the attempt
-// is undone once it returns.
+// is undone once it returns (see Client.abandoned), or not sent at all.
 func (a *acquisition) try(ctx context.Context) (reply, time.Time, bool, error) {
-	h, q, ttl := a.h, a.q, a.ttl
+	h := a.h
 	sent := time.Now()
-	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
-		return readReply(h.p.attempt(ctx, h, ttl, 0, q))
-	}, func(ctx context.Context, r reply, err error) {
-		if err == nil && r.v[0] != 1 && q.entry == "" {
-			return // neither queued nor granted
-		}
-		h.undo(ctx, q, err != nil || r.v[0] == 1)
-	})
+	cmd, s := h.p.attempt(h, a.ttl, 0, a.q)
+	cl := newCall(cmd, s)
+	cl.op, cl.h, cl.q = opAttempt, h, a.q
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return reply{}, sent, true, err
+	}
+	r, err := h.p.attemptReply(cmd, 0)
+	cl.free()
 	if err != nil {
-		return r, sent, left, err
+		return r, sent, false, err
 	}
 	switch {
 	case r.n == 3 && r.v[0] == 1, r.n == 2 && r.v[0] == 0:
 	case r.n == 1 && r.v[0] == -2:
 		return r, sent, false, ErrUpgrade
 	default:
-		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r.v[:r.n])
+		return r, sent, false, fmt.Errorf("dlock: unexpected acquire reply %v", r)
 	}
 	a.answered = true
-	if q.entry != "" {
+	if a.q.entry != "" {
 		a.q.registered = true
 	}
 	return r, sent, false, nil
+}
+
+// attemptNow sends one attempt for h and reads its reply, with nothing
+// undone if ctx ends first: for tests.
+func (h *hold) attemptNow(ctx context.Context, ttl time.Duration, count int, q queueing) (reply, error) {
+	cmd, s := h.p.attempt(h, ttl, count, q)
+	cl := newCall(cmd, s)
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return reply{}, err
+	}
+	defer cl.free()
+	return h.p.attemptReply(cmd, count)
+}
+
+// abandoned undoes or finishes a call whose caller left before its reply,
+// once the reply is in: an attempt that may have granted or queued is
+// undone, a re-entry counted back down, a release's bookkeeping done. It
+// runs on a goroutine of its own, counted for Close.
+func (c *Client) abandoned(cl *call) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.cleanupTimeout)
+	defer cancel()
+	h := cl.h
+	switch cl.op {
+	case opAttempt:
+		r, err := h.p.attemptReply(cl.cmd, 0)
+		if err == nil && r.v[0] != 1 && cl.q.entry == "" {
+			return // neither queued nor granted
+		}
+		h.undo(ctx, cl.q, err != nil || r.v[0] == 1)
+	case opReenter:
+		// A re-entry that happened is counted back down before the hold
+		// takes its next count-changing call.
+		defer h.endTurn()
+		if r, err := h.p.attemptReply(cl.cmd, cl.count); err == nil && r.v[0] == 1 {
+			_, _ = h.releaseNow(ctx, cl.count+1, false)
+		}
+	case opRelease:
+		_ = h.released(cl)
+	}
 }
 
 // failed ends an acquisition whose attempt or subscription failed. The
@@ -357,7 +399,7 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, c
 func (h *hold) confirm(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	sent := time.Now()
 	code, _, err := roundTrip(h.c, ctx, func(ctx context.Context) (int64, error) {
-		e := renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), Holder: h}
+		e := renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), Holder: h}
 		if e.Kind == 'r' {
 			e.Set = h.ks.Readers
 		}
@@ -392,7 +434,7 @@ func (a *acquisition) join(ctx context.Context) error {
 	}
 	switch h.p.(type) {
 	case mutexProtocol:
-		a.q.entry = keys.QueueEntry(a.w.Ticket, ms(a.ttl), h.fieldArg.(string))
+		a.q.entry = keys.QueueEntry(a.w.Ticket, ms(a.ttl), h.ownerField)
 	case writeProtocol:
 		a.q.entry = "w"
 	}
@@ -422,7 +464,7 @@ func (a *acquisition) sleep(r reply) time.Duration {
 // whose reply was lost.
 func (h *hold) undo(ctx context.Context, q queueing, mayHold bool) {
 	if _, mutex := h.p.(mutexProtocol); !mutex && mayHold {
-		if err := h.p.release(ctx, h, 1, true).Err(); err != nil {
+		if _, err := h.releaseNow(ctx, 1, true); err != nil {
 			h.c.cfg.logger.Debug("dlock: giving back an unclaimed grant failed; it expires", "name", h.name, "err", err)
 		}
 	}
@@ -443,34 +485,29 @@ func (h *hold) reenter(ctx context.Context, lease time.Duration) error {
 		// re-entering would extend a hold that nothing renews.
 		return err
 	}
-	if err := h.serialize(ctx); err != nil {
+	if err := h.turn(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
 	count := h.count
 	h.mu.Unlock()
 	if count == 0 {
-		h.unserialize()
+		h.endTurn()
 		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
 	}
 	ttl := lease
 	if lease <= 0 {
 		ttl = h.c.cfg.watchdog
 	}
-	r, left, err := roundTrip(h.c, ctx, func(ctx context.Context) (reply, error) {
-		return readReply(h.p.attempt(ctx, h, ttl, count, queueing{}))
-	}, func(ctx context.Context, r reply, err error) {
-		// The caller left: a re-entry that happened is counted back down
-		// before the hold takes its next count-changing call.
-		defer h.unserialize()
-		if err == nil && r.v[0] == 1 {
-			_ = h.p.release(ctx, h, count+1, false).Err()
-		}
-	})
-	if left {
-		return err
+	cmd, s := h.p.attempt(h, ttl, count, queueing{})
+	cl := newCall(cmd, s)
+	cl.op, cl.h, cl.count = opReenter, h, count
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return err // the handler gives the turn back
 	}
-	defer h.unserialize()
+	defer h.endTurn()
+	r, err := h.p.attemptReply(cmd, count)
+	cl.free()
 	if err != nil {
 		return err
 	}

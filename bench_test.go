@@ -36,6 +36,37 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
+// BenchmarkUncontendedNewHandle is BenchmarkUncontended written the way
+// users write it: a new handle per acquisition (c.Mutex(name).Lock(ctx) …
+// Unlock), and a ctx that can be cancelled, as a request's is. Its
+// allocs/op are the allocations of one acquire+release pair.
+func BenchmarkUncontendedNewHandle(b *testing.B) {
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			c := newClient(b, shared)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(g/2, 1)) // GOMAXPROCS is 2 here
+			b.RunParallel(func(pb *testing.PB) {
+				name := fmt.Sprintf("bench:n:%d", next.Add(1))
+				for pb.Next() {
+					m := c.Mutex(name)
+					if err := m.Lock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := m.Unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkHotKey has W goroutines, each with its own Client (a process of
 // its own, as far as Redis can tell), take one Mutex in turn and hold it for
 // 1ms. It reports Redis commands per grant (Lua-internal calls included) and
@@ -128,5 +159,19 @@ func benchHotKey(b *testing.B, mode hotMode) {
 				b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "gap-p99-µs")
 			}
 		})
+	}
+}
+
+// BenchmarkPing is the round trip the uncontended benchmarks compare with:
+// one PING through the same kind of client, one goroutine.
+func BenchmarkPing(b *testing.B) {
+	rdb := rdbFor(b, shared)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

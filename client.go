@@ -29,13 +29,16 @@ type Client struct {
 	id      string
 	hub     *notify.Hub
 	renewer *renew.Renewer
-	arg     scriptArgs
-	owners  atomic.Uint64 // numbers owner fields: one per hold, never reused
-	closed  atomic.Bool
+	batch   *batcher
+	// deadlines declares holds lost whose local deadline passes unrenewed.
+	deadlines *deadlines
+	arg       scriptArgs
+	owners    atomic.Uint64 // numbers owner fields: one per hold, never reused
+	closed    atomic.Bool
 
 	fallback *tiers // WithFallback; nil without
 
-	background sync.WaitGroup // detached calls and cleanups, for Close
+	background tasks // detached calls and cleanups, for Close
 
 	mu    sync.Mutex
 	holds map[*hold]struct{} // every live hold, for Close
@@ -82,6 +85,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			writerWaitMs: ms(cfg.recheck + cfg.claim),
 		},
 	}
+	c.batch = newBatcher(rdb, c.abandoned)
+	c.deadlines = newDeadlines((*hold).checkDeadline)
 	c.hub = notify.New(rdb, notify.Config{
 		ClientChannel: keys.ClientChannel(c.id),
 		Linger:        cfg.linger,
@@ -161,15 +166,20 @@ func (c *Client) Close() error {
 		c.detach(func(ctx context.Context) { released <- o.closeWith(ctx) })
 	}
 	var errs []error
-	budget := time.NewTimer(time.Until(deadline))
-	defer budget.Stop()
+	budget, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// Last, whatever happens: the batcher's workers end once its queue is
+	// empty; later calls (cleanups that outlive the budget) go out on
+	// goroutines of their own.
+	defer c.batch.stop()
+	defer c.deadlines.stop()
 	for range len(holds) + len(others) {
 		select {
 		case err := <-released:
 			if err != nil {
 				errs = append(errs, err)
 			}
-		case <-budget.C:
+		case <-budget.Done():
 			errs = append(errs, fmt.Errorf("dlock: close timeout: some locks were left to expire by their TTL"))
 			return errors.Join(errs...)
 		}
@@ -177,11 +187,15 @@ func (c *Client) Close() error {
 	if err := c.hub.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 		errs = append(errs, err)
 	}
-	done := make(chan struct{})
-	go func() { c.background.Wait(); close(done) }()
 	select {
-	case <-done:
-	case <-budget.C:
+	case <-c.background.idle():
+	case <-budget.Done():
+	}
+	// Calls whose callers left are completed (and undone) before the
+	// workers end, within the budget too.
+	select {
+	case <-c.batch.drain():
+	case <-budget.Done():
 	}
 	return errors.Join(errs...)
 }
@@ -208,9 +222,9 @@ func (c *Client) untrack(h *hold) {
 // cleanup timeout, counted for Close. It is how work that must outlive its
 // caller's ctx (a release, leaving a queue) is done.
 func (c *Client) detach(f func(ctx context.Context)) {
-	c.background.Add(1)
+	c.background.add()
 	go func() {
-		defer c.background.Done()
+		defer c.background.done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.cleanupTimeout)
 		defer cancel()
 		f(ctx)
@@ -238,9 +252,9 @@ func roundTrip[T any](c *Client, ctx context.Context, call func(context.Context)
 	}
 	var state atomic.Int32 // 0 waiting, 1 answered, 2 the caller left
 	got := make(chan result, 1)
-	c.background.Add(1)
+	c.background.add()
 	go func() {
-		defer c.background.Done()
+		defer c.background.done()
 		v, err := call(context.WithoutCancel(ctx))
 		if state.CompareAndSwap(0, 1) {
 			got <- result{v, err}
@@ -281,7 +295,7 @@ func (c *Client) renewBatch(ctx context.Context, batch []*renew.Entry, ttls []in
 		keyArgs = append(keyArgs, e.Key, set, fence, forced)
 		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
 	}
-	res, err := scriptRenew.run(ctx, c.rdb, keyArgs, args...).Int64Slice()
+	res, err := scriptRenew.run(ctx, c, keyArgs, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -334,4 +348,41 @@ func ParseClientID(id string) (host string, pid int, ok bool) {
 		return "", 0, false
 	}
 	return parts[0], pid, true
+}
+
+// tasks counts work running in the background. Unlike a sync.WaitGroup, work
+// may start while Close waits for the count to reach zero (a hold lost
+// during Close starts its cleanup then).
+type tasks struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n returns to zero
+}
+
+func (g *tasks) add() {
+	g.mu.Lock()
+	if g.n == 0 {
+		g.zero = make(chan struct{})
+	}
+	g.n++
+	g.mu.Unlock()
+}
+
+func (g *tasks) done() {
+	g.mu.Lock()
+	g.n--
+	if g.n == 0 {
+		close(g.zero)
+	}
+	g.mu.Unlock()
+}
+
+// idle returns a channel closed once no work is running.
+func (g *tasks) idle() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n == 0 {
+		return closedCh
+	}
+	return g.zero
 }

@@ -112,7 +112,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 		return nil, err
 	}
 	ok, _, err := roundTrip(e.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptAnnounce.run(ctx, e.c.rdb, []any{e.ks.Lock}, h.fieldArg, h.token, value, e.ks.Changes).Int64()
+		return scriptAnnounce.run(ctx, e.c, []any{e.ks.Lock}, h.fieldArg, h.token, value, e.ks.Changes).Int64()
 	}, nil)
 	if err != nil || ok != 1 {
 		_ = e.c.releaseDetached(ctx, h, true)

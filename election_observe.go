@@ -73,7 +73,7 @@ func (o *observer) run(ctx context.Context) {
 	defer e.c.untrackOther(o)
 	defer o.cancel()
 	// One SUBSCRIBE for both channels: once it is confirmed, both are.
-	ps := e.c.rdb.Subscribe(context.WithoutCancel(ctx), e.ks.Changes, e.m.ks.Channel)
+	ps := e.c.rdb.Subscribe(context.WithoutCancel(ctx), e.ks.Changes, e.m.channel())
 	msgs := make(chan any)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -34,11 +34,11 @@ func (m *Mutex) testHold() *hold { return newHold(&m.handle, nil) }
 
 // attempt sends one raw acquire attempt for h.
 func (h *hold) attemptRaw(ctx context.Context, ttl time.Duration, count int, entry string, registered bool) (reply, error) {
-	return readReply(h.p.attempt(ctx, h, ttl, count, queueing{entry: entry, registered: registered}))
+	return h.attemptNow(ctx, ttl, count, queueing{entry: entry, registered: registered})
 }
 
 // field is h's owner field.
-func (h *hold) field() string { return h.fieldArg.(string) }
+func (h *hold) field() string { return h.ownerField }
 
 // lockCtx locks m and returns the hold's context, failing the test on error.
 func lockCtx(t testing.TB, m *Mutex) context.Context {

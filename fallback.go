@@ -408,7 +408,7 @@ return 0`)
 func (t *tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
 	ks := keys.For(name)
 	_, _, err := roundTrip(t.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptRaiseToken.run(ctx, t.c.rdb, []any{ks.Fence}, tok).Int64()
+		return scriptRaiseToken.run(ctx, t.c, []any{ks.Fence}, tok).Int64()
 	}, nil)
 	if err != nil {
 		t.c.cfg.logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)

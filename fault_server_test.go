@@ -138,8 +138,9 @@ func TestFaultScriptFlush(t *testing.T) {
 // TTL must be told; no other holder can be granted meanwhile, so there is no
 // overlap.
 func TestFaultClientPause(t *testing.T) {
-	const faults = "CLIENT PAUSE ALL 150 ms, then 1200 ms; 3 Clients × 2 goroutines, holds 20–200 ms, watchdog 600 ms"
+	const faults = "CLIENT PAUSE ALL 150 ms, then 1200 ms; 3 Clients × 2 goroutines, holds 20–200 ms, plus one holder inside fn across the long fault, watchdog 600 ms"
 	var long time.Time
+	var witnessTold <-chan time.Duration
 	s, st, row, _ := serverScenario(t, "CLIENT PAUSE", 600*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond,
 		func(s *scenario, r *testenv.Redis) {
 			ctx := context.Background()
@@ -148,6 +149,9 @@ func TestFaultClientPause(t *testing.T) {
 			}
 			s.fault("client pause 150ms")
 			time.Sleep(700 * time.Millisecond)
+			var entered <-chan struct{}
+			entered, witnessTold = witness(s, r)
+			<-entered
 			if _, err := r.Do(ctx, "CLIENT", "PAUSE", "1200", "ALL"); err != nil {
 				t.Fatal(err)
 			}
@@ -156,11 +160,12 @@ func TestFaultClientPause(t *testing.T) {
 			time.Sleep(1300 * time.Millisecond)
 		})
 	row.Faults = faults
-	row.Notes = fmt.Sprintf("%d told during the long pause", toldBetween(s, long, long.Add(1300*time.Millisecond)))
+	told := <-witnessTold
+	row.Notes = fmt.Sprintf("%d contending holders told during the long pause; the holder inside fn across it told after %v", toldBetween(s, long, long.Add(1300*time.Millisecond)), told.Round(time.Millisecond))
 	record(t, row)
 	s.assertExclusive(st)
-	if toldBetween(s, long, long.Add(1300*time.Millisecond)) == 0 {
-		t.Error("no holder told of its loss during a pause of two watchdogs")
+	if told < 0 {
+		t.Error("the holder inside fn was not told of its loss during a pause of two watchdogs")
 	}
 }
 
@@ -169,8 +174,9 @@ func TestFaultClientPause(t *testing.T) {
 // whose TTL passed are gone. A holder must be told by its own clock during
 // the sleep, before anyone can be granted after it: no overlap.
 func TestFaultDebugSleep(t *testing.T) {
-	const faults = "DEBUG SLEEP 0.15 s, then 1.2 s; 3 Clients × 2 goroutines, holds 20–200 ms, watchdog 600 ms"
+	const faults = "DEBUG SLEEP 0.15 s, then 1.2 s; 3 Clients × 2 goroutines, holds 20–200 ms, plus one holder inside fn across the long fault, watchdog 600 ms"
 	var long time.Time
+	var witnessTold <-chan time.Duration
 	s, st, row, _ := serverScenario(t, "DEBUG SLEEP", 600*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond,
 		func(s *scenario, r *testenv.Redis) {
 			ctx := context.Background()
@@ -179,6 +185,9 @@ func TestFaultDebugSleep(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(700 * time.Millisecond)
+			var entered <-chan struct{}
+			entered, witnessTold = witness(s, r)
+			<-entered
 			long = time.Now()
 			s.fault("debug sleep 1.2")
 			if _, err := r.Do(ctx, "DEBUG", "SLEEP", "1.2"); err != nil {
@@ -186,12 +195,36 @@ func TestFaultDebugSleep(t *testing.T) {
 			}
 		})
 	row.Faults = faults
-	row.Notes = fmt.Sprintf("%d told during the long sleep", toldBetween(s, long, long.Add(1300*time.Millisecond)))
+	told := <-witnessTold
+	row.Notes = fmt.Sprintf("%d contending holders told during the long sleep; the holder inside fn across it told after %v", toldBetween(s, long, long.Add(1300*time.Millisecond)), told.Round(time.Millisecond))
 	record(t, row)
 	s.assertExclusive(st)
-	if toldBetween(s, long, long.Add(1300*time.Millisecond)) == 0 {
-		t.Error("no holder told of its loss during a sleep of two watchdogs")
+	if told < 0 {
+		t.Error("the holder inside fn was not told of its loss during a sleep of two watchdogs")
 	}
+}
+
+// witness holds its own lock across the long fault, inside fn, and reports
+// when (and whether) it was told of the loss: a holder whose renewal cannot
+// get through before its TTL must be told by its own clock.
+func witness(s *scenario, r *testenv.Redis) (entered <-chan struct{}, told <-chan time.Duration) {
+	c := s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second))
+	in := make(chan struct{})
+	out := make(chan time.Duration, 1)
+	go func() {
+		_ = c.WithLock(context.Background(), "srv-witness", func(ctx context.Context) error {
+			close(in)
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+				out <- time.Since(start)
+			case <-time.After(3 * time.Second):
+				out <- -1
+			}
+			return nil
+		})
+	}()
+	return in, out
 }
 
 // toldBetween counts the holders told of a loss between from and to.

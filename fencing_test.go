@@ -80,3 +80,35 @@ func TestFencingTokensOnHandoff(t *testing.T) {
 	}
 	mustUnlock(t, w)
 }
+
+// A hand-off issues a token above the releaser's even when the counter has
+// expired meanwhile, and skips a queue entry that names no waiter.
+func TestHandOffTokensIncreaseAfterCounterLoss(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	for _, step := range []string{"counter gone", "bad entry first"} {
+		ma, mb := a.Mutex("fence-handoff"), b.Mutex("fence-handoff")
+		mustLock(t, ma)
+		got := make(chan error, 1)
+		go func() { got <- mb.Lock(ctx) }()
+		waitFor(t, "b queued", func() bool { n, _ := rdb.LLen(ctx, ma.ks.Queue).Result(); return n == 1 })
+		switch step {
+		case "counter gone":
+			rdb.Del(ctx, ma.ks.Fence)
+		case "bad entry first":
+			rdb.LPush(ctx, ma.ks.Queue, "not an entry")
+		}
+		before := ma.Token()
+		mustUnlock(t, ma)
+		awaitNil(t, got, 10*time.Second, step+": the waiter was not handed the lock")
+		if mb.Token() <= before {
+			t.Fatalf("%s: hand-off token %d not above the releaser's %d", step, mb.Token(), before)
+		}
+		if ttl, _ := rdb.PTTL(ctx, ma.ks.Fence).Result(); ttl <= 0 {
+			t.Fatalf("%s: the counter has no TTL after the hand-off (%v)", step, ttl)
+		}
+		mustUnlock(t, mb)
+	}
+}

@@ -17,32 +17,46 @@ type handle struct {
 	c       *Client
 	name    string
 	p       protocol
-	ks      keys.Set
-	keys    []any // the scripts' keys, boxed once
+	ks      keys.Set // a Mutex's has no Channel until a waiter needs it (channel)
+	keys    []any    // the scripts' keys: pointers into ks, boxed without allocating
+	keyBuf  [5]any
 	nameErr error
-	gate    chan struct{} // exclusive handles: full while a hold occupies the handle
+	gate    gate // exclusive handles: held while a hold occupies the handle
 
-	mu   sync.Mutex
-	cur  []*hold // unfinished holds taken through the handle (at most one when exclusive)
-	last *hold   // the most recent hold, for Token, Done and Err after it ended
+	mu     sync.Mutex
+	cur    []*hold // unfinished holds taken through the handle (at most one when exclusive)
+	curBuf [1]*hold
+	last   *hold // the most recent hold, for Token, Done and Err after it ended
 }
 
 func (hd *handle) init(c *Client, name string, p protocol) {
 	hd.c, hd.name, hd.p = c, name, p
-	if !p.shared() {
-		hd.gate = make(chan struct{}, 1)
-	}
+	hd.cur = hd.curBuf[:0]
 	if err := keys.Validate(name); err != nil {
 		hd.nameErr = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		return
 	}
-	hd.ks = keys.For(name)
 	switch p.(type) {
 	case mutexProtocol:
-		hd.keys = []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Queue, hd.ks.Forced}
+		hd.ks = keys.ForMutex(name)
+		hd.keyBuf = [5]any{&hd.ks.Lock, &hd.ks.Fence, &hd.ks.Queue, &hd.ks.Forced}
+		hd.keys = hd.keyBuf[:4]
 	default:
-		hd.keys = []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Readers, hd.ks.Writers, hd.ks.Forced}
+		hd.ks = keys.For(name)
+		hd.keyBuf = [5]any{&hd.ks.Lock, &hd.ks.Fence, &hd.ks.Readers, &hd.ks.Writers, &hd.ks.Forced}
+		hd.keys = hd.keyBuf[:5]
 	}
+}
+
+// channel is Redisson's release channel of a Mutex's name, made the first
+// time a waiter needs it.
+func (hd *handle) channel() string {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.ks.Channel == "" {
+		hd.ks.Channel = keys.LockChannel(hd.name)
+	}
+	return hd.ks.Channel
 }
 
 func (hd *handle) check(ctx context.Context, lease time.Duration) error {
@@ -108,28 +122,21 @@ func cmp(found, h *hold) *hold {
 
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
 func (hd *handle) enter(ctx context.Context, try bool) (bool, error) {
-	if hd.gate == nil {
+	switch {
+	case hd.p.shared():
 		return true, nil
+	case try:
+		return hd.gate.tryEnter(), nil
 	}
-	if try {
-		select {
-		case hd.gate <- struct{}{}:
-			return true, nil
-		default:
-			return false, nil
-		}
+	if err := hd.gate.enter(ctx); err != nil {
+		return false, err
 	}
-	select {
-	case hd.gate <- struct{}{}:
-		return true, nil
-	case <-ctx.Done():
-		return false, context.Cause(ctx)
-	}
+	return true, nil
 }
 
 func (hd *handle) exit() {
-	if hd.gate != nil {
-		<-hd.gate
+	if !hd.p.shared() {
+		hd.gate.exit()
 	}
 }
 
@@ -204,7 +211,7 @@ func (hd *handle) token() uint64 {
 
 func (hd *handle) doneCh() <-chan struct{} {
 	if h := hd.lastHold(); h != nil {
-		return h.done
+		return h.doneCh()
 	}
 	return closedCh
 }

@@ -24,10 +24,12 @@ type hold struct {
 	ks   *keys.Set
 	keys []any // the scripts' keys, boxed once per handle
 
-	owner         string // "<client id>:<n>"
-	ownerArg      any    // owner, boxed once
-	fieldArg      any    // the owner's field in the hash: the owner, or owner+":write"
-	writeFieldArg any    // a reader's would-be write field, for rlock.lua's downgrade check
+	owner      string // "<client id>:<n>"
+	ownerField string // the owner's field in the hash: the owner, or owner+":write"
+	writeField string // a reader's would-be write field, for rlock.lua's downgrade check
+	// The three above as script arguments: pointers, boxed without
+	// allocating (go-redis writes a *string as the string).
+	ownerArg, fieldArg, writeFieldArg any
 
 	handle *handle         // whose gate and state the hold occupies
 	outer  *hold           // the hold it was taken under (a downgrading writer's write hold)
@@ -35,26 +37,35 @@ type hold struct {
 
 	token uint64
 	start time.Time
-	done  chan struct{}
 	lease time.Duration // > 0: a fixed lease, never renewed past until
 	until time.Time     // the fixed lease's end
 
 	renewal  renew.Entry
 	renewing bool // renewal is registered with the watchdog
 
+	// argBuf holds a Mutex's script arguments (intCmd).
+	argBuf [14]any
+
 	// serial admits one re-entry or release call at a time: each sends the
 	// count it expects, which must not be read twice.
-	serial chan struct{}
+	serial gate
+
+	// The local deadline's place in the Client's deadlines (guarded by
+	// their lock).
+	dueAt    time.Time
+	dueIndex int
 
 	mu         sync.Mutex
 	count      int
-	ended      bool      // done is closed: released or lost
-	finished   bool      // the final release ran; the handle is free again
-	err        error     // the loss (a *LossError); nil when released
-	validUntil time.Time // the hold is certain until then (monotonic clock)
-	timer      *time.Timer
-	renewErr   error // the last renewal failure, for the loss reason
-	onEnd      []func(error)
+	done       chan struct{} // made when asked for (doneCh), closed when the hold ends
+	ended      bool          // released or lost
+	finished   bool          // the final release ran; the handle is free again
+	err        error         // the loss (a *LossError); nil when released
+	validUntil time.Time     // the hold is certain until then (monotonic clock)
+	// certainAtRelease: the final release was sent before validUntil.
+	certainAtRelease bool
+	renewErr         error // the last renewal failure, for the loss reason
+	onEnd            []func(error)
 }
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -73,23 +84,20 @@ func isRedisError(err error) bool {
 // hold of the same owner it is taken under (a write hold downgrading).
 func newHold(hd *handle, outer *hold) *hold {
 	c := hd.c
-	h := &hold{c: c, p: hd.p, name: hd.name, ks: &hd.ks, keys: hd.keys, handle: hd, outer: outer,
-		done: make(chan struct{}), serial: make(chan struct{}, 1)}
+	h := &hold{c: c, p: hd.p, name: hd.name, ks: &hd.ks, keys: hd.keys, handle: hd, outer: outer, dueIndex: -1}
 	if outer != nil {
-		h.owner, h.ownerArg = outer.owner, outer.ownerArg
+		h.owner = outer.owner
 	} else {
 		h.owner = c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
-		h.ownerArg = h.owner
 	}
+	h.ownerField = h.owner
 	switch hd.p.(type) {
 	case writeProtocol:
-		h.fieldArg = h.owner + ":write"
+		h.ownerField = h.owner + ":write"
 	case readProtocol:
-		h.fieldArg = h.ownerArg
-		h.writeFieldArg = h.owner + ":write"
-	default:
-		h.fieldArg = h.ownerArg
+		h.writeField = h.owner + ":write"
 	}
+	h.ownerArg, h.fieldArg, h.writeFieldArg = &h.owner, &h.ownerField, &h.writeField
 	return h
 }
 
@@ -118,7 +126,7 @@ func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration)
 			period = min(period, claim/2)
 		}
 		h.validUntil = sent.Add(ttl - driftMargin(ttl))
-		h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), TTL: c.cfg.watchdog, Holder: h}
+		h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), TTL: c.cfg.watchdog, Holder: h}
 	} else {
 		h.lease, h.until = lease, sent.Add(lease)
 		h.validUntil = h.until.Add(-driftMargin(lease))
@@ -126,7 +134,7 @@ func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration)
 			// Redis has the hold for the claim window only, until the one
 			// extension to the lease the caller asked for succeeds.
 			h.validUntil = sent.Add(claim - driftMargin(claim))
-			h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.fieldArg.(string), Kind: h.p.renewKind(), Until: h.until, Holder: h}
+			h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), Until: h.until, Holder: h}
 			period = claim / 2
 		}
 	}
@@ -142,7 +150,7 @@ func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration)
 		// first renewal past the hold's validity.
 		c.renewer.Add(&h.renewal, sent.Add(period))
 	}
-	h.timer = time.AfterFunc(time.Until(h.validUntil), h.checkDeadline)
+	c.deadlines.add(h, h.validUntil)
 	return true
 }
 
@@ -179,8 +187,8 @@ func (h *hold) checkDeadline() {
 		h.mu.Unlock()
 		return
 	}
-	if left := time.Until(h.validUntil); left > 0 {
-		h.timer.Reset(left)
+	if time.Until(h.validUntil) > 0 {
+		h.c.deadlines.add(h, h.validUntil) // renewed meanwhile
 		h.mu.Unlock()
 		return
 	}
@@ -220,9 +228,7 @@ func (h *hold) end(cause error, before func()) {
 	}
 	h.ended = true
 	h.err = cause
-	if h.timer != nil {
-		h.timer.Stop()
-	}
+	h.c.deadlines.remove(h)
 	callbacks := h.onEnd
 	h.onEnd = nil
 	renewing := h.renewing
@@ -237,7 +243,13 @@ func (h *hold) end(cause error, before func()) {
 	if before != nil {
 		before()
 	}
-	close(h.done)
+	h.mu.Lock()
+	if h.done == nil {
+		h.done = closedCh
+	} else {
+		close(h.done)
+	}
+	h.mu.Unlock()
 	for _, f := range callbacks {
 		f(cause)
 	}
@@ -256,23 +268,42 @@ func (h *hold) onEnded(f func(error)) {
 	f(err)
 }
 
+// doneCh returns the channel closed when the hold ends.
+func (h *hold) doneCh() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{}) // end closes it
+	}
+	return h.done
+}
+
 func (h *hold) lostErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err
 }
 
-// holdKey finds a Client's hold of a name in a context: the hold a lock call
-// re-enters, or an Unlock releases.
-type holdKey struct {
-	c    *Client
-	name string
+// holdsKey is the context key under which a Client's holds travel: one
+// key per Client, whose value lists the holds of every name the context
+// carries, innermost first. (A struct holding one pointer is boxed without
+// allocating, so a lookup costs nothing.)
+type holdsKey struct{ c *Client }
+
+// ctxHolds is one hold a context carries, and the ones it was taken under.
+type ctxHolds struct {
+	h    *hold
+	prev *ctxHolds
 }
 
 // holdFrom returns the innermost hold of name by c that ctx carries.
 func holdFrom(ctx context.Context, c *Client, name string) *hold {
-	h, _ := ctx.Value(holdKey{c, name}).(*hold)
-	return h
+	for n, _ := ctx.Value(holdsKey{c}).(*ctxHolds); n != nil; n = n.prev {
+		if n.h.name == name {
+			return n.h
+		}
+	}
+	return nil
 }
 
 // context returns a context that carries the hold (for re-entry, Unlock,
@@ -280,7 +311,8 @@ func holdFrom(ctx context.Context, c *Client, name string) *hold {
 // done; the cause is the hold's loss, or errReleased.
 func (h *hold) context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	ctx = context.WithValue(ctx, holdKey{h.c, h.name}, h)
+	prev, _ := parent.Value(holdsKey{h.c}).(*ctxHolds)
+	ctx = context.WithValue(ctx, holdsKey{h.c}, &ctxHolds{h: h, prev: prev})
 	ctx = ContextWithGrant(ctx, Grant{Name: h.name, Token: h.token, Backend: BackendRedis})
 	h.onEnded(func(err error) {
 		if err == nil {
@@ -291,14 +323,24 @@ func (h *hold) context(parent context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// serialize waits for the hold's turn for a count-changing call, or for ctx.
-func (h *hold) serialize(ctx context.Context) error {
-	select {
-	case h.serial <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+// intCmd builds an EVALSHA of s with its arguments in the hold's own buffer:
+// the attempts of an acquisition follow one another, the count-changing
+// calls of a hold take turns (turn) and a call whose caller left keeps the
+// turn until its reply is in, so a call's buffer is free again by the time
+// the next call is built.
+func (h *hold) intCmd(s *script, keys []any, args ...any) *redis.IntCmd {
+	buf := append(h.argBuf[:0], "evalsha", s.sha, len(keys))
+	buf = append(buf, keys...)
+	buf = append(buf, args...)
+	cmd := redis.NewIntCmd(context.Background(), buf...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
-func (h *hold) unserialize() { <-h.serial }
+// turn waits for the hold's turn for a count-changing call, or for ctx.
+func (h *hold) turn(ctx context.Context) error { return h.serial.enter(ctx) }
+
+// tryTurn takes the hold's turn if no other call has it.
+func (h *hold) tryTurn() bool { return h.serial.tryEnter() }
+
+func (h *hold) endTurn() { h.serial.exit() }

@@ -72,7 +72,7 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	rdb.HSet(ctx, "idem-release", h.field(), 3)
 	release := func(expected int) []int64 {
 		t.Helper()
-		r, err := readReply(h.p.release(ctx, h, expected, false))
+		r, err := h.releaseNow(ctx, expected, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestResentFinalReleaseAfterTheNextHolders(t *testing.T) {
 	h := m.current(ctx)
 	// Our release runs, then another owner takes and releases the lock,
 	// then go-redis resends our release: what the hold sees is the resend.
-	if v, err := readReply(h.p.release(ctx, h, 1, false)); err != nil || v.v[0] != 1 {
+	if v, err := h.releaseNow(ctx, 1, false); err != nil || v.v[0] != 1 {
 		t.Fatal(v, err)
 	}
 	other := c.Mutex("idem-resent-final")

@@ -57,7 +57,7 @@ func (m *Mutex) Owner() string { return owner(&m.handle) }
 
 func owner(hd *handle) string {
 	if h := hd.lastHold(); h != nil && !hd.idle() {
-		return h.fieldArg.(string)
+		return h.ownerField
 	}
 	return ""
 }
@@ -150,7 +150,7 @@ func forceUnlock(ctx context.Context, hd *handle) (bool, error) {
 	a := &hd.c.arg
 	keys := []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Queue, hd.ks.Forced}
 	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptForce.run(ctx, hd.c.rdb, keys, a.claimMs, a.fenceTTLMs).Int64()
+		return scriptForce.run(ctx, hd.c, keys, a.claimMs, a.fenceTTLMs).Int64()
 	}, nil)
 	return n == 1, err
 }
@@ -181,7 +181,7 @@ func holdCount(ctx context.Context, hd *handle) (int, error) {
 		return 0, nil
 	}
 	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int, error) {
-		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.fieldArg.(string)).Int()
+		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.ownerField).Int()
 	}, nil)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil

@@ -224,7 +224,7 @@ func (p *Permit) release(ctx context.Context) error {
 		c.renewer.Remove(&p.renewal) // no renewal may race the release
 	}
 	defer c.untrackOther(p)
-	n, err := scriptSemRelease.run(ctx, c.rdb, p.s.keys, p.id, c.arg.claimMs, p.s.ks.Free).Int64Slice()
+	n, err := scriptSemRelease.run(ctx, c, p.s.keys, p.id, c.arg.claimMs, p.s.ks.Free).Int64Slice()
 	if err == nil && len(n) != 1 {
 		err = fmt.Errorf("dlock: unexpected semaphore release reply %v", n)
 	}
@@ -263,7 +263,7 @@ func (p *Permit) closeWith(ctx context.Context) error {
 // undo gives back what an attempt may have left: a queue entry and a
 // permit granted (or handed over) with the reply lost.
 func (p *Permit) undo(ctx context.Context, entry string) {
-	if err := scriptSemLeave.run(ctx, p.c.rdb, p.s.keys, entry, p.id, p.c.arg.claimMs).Err(); err != nil {
+	if err := scriptSemLeave.run(ctx, p.c, p.s.keys, entry, p.id, p.c.arg.claimMs).Err(); err != nil {
 		p.c.cfg.logger.Debug("dlock: leaving a semaphore's queue failed; the entry expires", "name", p.s.name, "err", err)
 	}
 }

@@ -7,14 +7,17 @@ import (
 	"time"
 )
 
-// releaseDetached releases one count of h (all of them with all) on a
-// goroutine of its own, bounded by the cleanup timeout, so that the release is
-// sent even when ctx is already done. It returns the release's outcome, or,
-// once ctx is done, an error wrapping ctx's cause while the release goes on.
+// releaseDetached releases one count of h (all of them with all) whatever
+// ctx says: the release is sent even when ctx is already done, and finished
+// in the background when ctx ends before its reply (bounded by the cleanup
+// timeout). It returns the release's outcome, or, once ctx is done, an
+// error wrapping ctx's cause while the release goes on.
 func (c *Client) releaseDetached(ctx context.Context, h *hold, all bool) error {
-	if ctx.Done() == nil {
-		return h.release(ctx, all)
+	if h.tryTurn() {
+		return h.releaseTurn(ctx, all)
 	}
+	// Another count-changing call of the hold goes first: wait for the
+	// hold's turn on a goroutine of its own.
 	out := make(chan error, 1)
 	c.detach(func(dctx context.Context) { out <- h.release(dctx, all) })
 	select {
@@ -51,27 +54,73 @@ func (e *pendingRelease) Unwrap() error { return e.cause }
 // release undoes one hold count (all of them with all) and, at zero, ends
 // the hold and frees the handle. On any error from the final release the
 // hold is finished all the same: the lock expires by its TTL at the latest.
-func (h *hold) release(ctx context.Context, all bool) (err error) {
-	c := h.c
-	if err := h.serialize(ctx); err != nil {
+func (h *hold) release(ctx context.Context, all bool) error {
+	if err := h.turn(ctx); err != nil {
 		return err
 	}
-	defer h.unserialize()
+	return h.releaseTurn(ctx, all)
+}
+
+// releaseTurn is release once the caller has the hold's turn, which it
+// gives back. The release is sent even when ctx is done; when ctx ends
+// before its reply, releaseTurn returns a *pendingRelease and the reply is
+// read in the background.
+func (h *hold) releaseTurn(ctx context.Context, all bool) error {
+	c := h.c
 	h.mu.Lock()
 	count, finished, lost := h.count, h.finished, h.err
 	h.mu.Unlock()
-	if finished && lost != nil {
+	switch {
+	case finished && lost != nil:
+		h.endTurn()
 		return lost // an outer count of a hold already found lost
-	}
-	if finished || count == 0 {
+	case finished || count == 0:
+		h.endTurn()
 		return ErrNotHeld
-	}
-	if c.closed.Load() && !all {
+	case c.closed.Load() && !all:
+		h.endTurn()
 		return ErrClosed
 	}
 	final := count == 1 || all
+	h.mu.Lock()
+	renewing := final && h.renewing
+	quiesce := final && h.err == nil
+	if quiesce {
+		h.certainAtRelease = time.Now().Before(h.validUntil)
+	}
+	h.mu.Unlock()
+	if quiesce {
+		// The protected work is over while the hold was still certain: the
+		// release's own answer decides whether it was lost, not a deadline
+		// that passes while the release is on its way.
+		c.deadlines.remove(h)
+	}
+	if renewing {
+		// No renewal sent from now on counts for the hold: a renewal that
+		// reaches Redis after the release would find the field gone and
+		// report the hold lost.
+		c.renewer.Cancel(&h.renewal)
+	}
+	cmd, s := h.p.release(h, count, all)
+	cl := newCall(cmd, s)
+	cl.op, cl.h, cl.count, cl.all, cl.final, cl.renewing = opRelease, h, count, all, final, renewing
 	if len(c.cfg.observers) > 0 {
-		finish := c.observeRelease(ctx, h.p.kind(), h.name)
+		cl.observe = c.observeRelease(ctx, h.p.kind(), h.name)
+	}
+	if left, err := c.batch.do(ctx, cl); left {
+		return &pendingRelease{name: h.name, cause: err}
+	}
+	err := h.released(cl)
+	cl.free()
+	return err
+}
+
+// released does the bookkeeping of a release call whose reply is in, and
+// gives the hold's turn back.
+func (h *hold) released(cl *call) (err error) {
+	defer h.endTurn()
+	final, renewing := cl.final, cl.renewing
+	if cl.observe != nil {
 		held := time.Since(h.start)
 		defer func() {
 			if errors.Is(err, ErrNotHeld) || err == ErrClosed {
@@ -80,35 +129,14 @@ func (h *hold) release(ctx context.Context, all bool) (err error) {
 			if !final {
 				held = 0
 			}
-			finish(Release{Kind: h.p.kind(), Name: h.name, Final: final, Held: held, Err: err})
+			cl.observe(Release{Kind: h.p.kind(), Name: h.name, Final: final, Held: held, Err: err})
 		}()
 	}
-	renewing := h.quiesce(final)
-	r, err := readReply(h.p.release(ctx, h, count, all))
+	r, err := h.p.releaseReply(cl.cmd)
 	if err == nil && (r.n != 2 || r.v[0] != 0 && r.v[0] != 1) {
-		err = fmt.Errorf("dlock: unexpected release reply %v", r.v[:r.n])
+		err = fmt.Errorf("dlock: unexpected release reply %v", r)
 	}
 	return h.settle(r, err, final, renewing)
-}
-
-// quiesce readies the hold for its final release and reports whether it was
-// being renewed: no renewal may race the release, and the protected work is
-// over while the hold was still certain, so the release's own answer decides
-// whether it was lost, not a deadline that passes while it is on its way.
-func (h *hold) quiesce(final bool) (renewing bool) {
-	if !final {
-		return false
-	}
-	h.mu.Lock()
-	renewing = h.renewing
-	if h.err == nil && h.timer != nil {
-		h.timer.Stop()
-	}
-	h.mu.Unlock()
-	if renewing {
-		h.c.renewer.Remove(&h.renewal)
-	}
-	return renewing
 }
 
 // settle applies a release's answer (or failure) to the hold.
@@ -123,11 +151,14 @@ func (h *hold) settle(r reply, err error, final, renewing bool) error {
 		h.finish()
 		return h.lostErr()
 	case r.v[0] == 0:
-		// The field is gone. Owner fields are never reused, so while the
-		// hold was still certain, only our own earlier release (resent by
-		// go-redis after a lost reply) can have removed it.
+		// The field is gone. Owner fields are never reused, so only our own
+		// earlier release (resent by go-redis after a lost reply) removes it
+		// while the hold is certain.
 		h.mu.Lock()
-		resent := r.v[1] == goneCode && h.err == nil && time.Now().Before(h.validUntil)
+		// The hold was certain when the release was sent (the work had
+		// ended): a field gone since is our own release, resent, or an
+		// expiry after the work ended, which overlapped nothing of ours.
+		resent := r.v[1] == goneCode && h.err == nil && h.certainAtRelease
 		h.mu.Unlock()
 		if resent {
 			h.end(nil, nil)
@@ -150,8 +181,8 @@ func (h *hold) settle(r reply, err error, final, renewing bool) error {
 	if final && lost == nil {
 		// Redis had more holds than we knew (a re-entry whose reply was
 		// lost): the hold goes on, so must its deadline and renewal.
+		h.c.deadlines.add(h, h.validUntil)
 		h.mu.Lock()
-		h.timer.Reset(time.Until(h.validUntil))
 		h.renewing = renewing
 		h.mu.Unlock()
 		if renewing {
@@ -159,6 +190,19 @@ func (h *hold) settle(r reply, err error, final, renewing bool) error {
 		}
 	}
 	return nil
+}
+
+// releaseNow sends one release of count (all of them with all) for h and
+// reads its reply, without the bookkeeping: for undoing a grant nobody
+// claimed, and for tests.
+func (h *hold) releaseNow(ctx context.Context, count int, all bool) (reply, error) {
+	cmd, s := h.p.release(h, count, all)
+	cl := newCall(cmd, s)
+	if left, err := h.c.batch.do(ctx, cl); left {
+		return reply{}, err
+	}
+	defer cl.free()
+	return h.p.releaseReply(cmd)
 }
 
 // releaseAll is Close's release of a hold it has already told of the loss.

@@ -5,7 +5,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
-	"sync/atomic"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,33 +36,40 @@ var (
 	//go:embed scripts/rwleave.lua
 	luaRWLeave string
 
-	scriptAcquire = newScript(luaLib + luaAcquire)
-	scriptRelease = newScript(luaLib + luaRelease)
-	scriptLeave   = newScript(luaLib + luaLeave)
-	scriptForce   = newScript(luaLib + luaForce)
-	scriptRenew   = newScript(luaLib + luaRenew)
+	scriptAcquire = newScript(withLib(luaLib, luaAcquire))
+	scriptRelease = newScript(withLib(luaLib, luaRelease))
+	scriptLeave   = newScript(withLib(luaLib, luaLeave))
+	scriptForce   = newScript(withLib(luaLib, luaForce))
+	scriptRenew   = newScript(withLib(luaLib, luaRenew))
 
 	// Read-write lock scripts: lib.lua, then rwlib.lua, then the script.
-	scriptRWLock   = newScript(luaLib + luaRWLib + luaRWLock)
-	scriptRLock    = newScript(luaLib + luaRWLib + luaRLock)
-	scriptRWUnlock = newScript(luaLib + luaRWLib + luaRWUnlock)
-	scriptRWLeave  = newScript(luaLib + luaRWLib + luaRWLeave)
+	scriptRWLock   = newScript(withLib(luaLib+luaRWLib, luaRWLock))
+	scriptRLock    = newScript(withLib(luaLib+luaRWLib, luaRLock))
+	scriptRWUnlock = newScript(withLib(luaLib+luaRWLib, luaRWUnlock))
+	scriptRWLeave  = newScript(withLib(luaLib+luaRWLib, luaRWLeave))
 )
 
-// script runs a Lua script by its SHA1, loading it with EVAL when the server
-// does not know it (first use, restart, failover). Unlike redis.Script it
-// takes its arguments already boxed, so the hot path allocates only what
-// go-redis itself needs.
+// libMarker is the line where a script wants lib.lua spliced in: after the
+// common case it runs without lib.lua's helpers, whose definitions cost
+// Redis more than that case itself.
+const libMarker = "--[[lib.lua]]\n"
+
+// withLib returns script with lib spliced in at its libMarker line, or
+// prepended when it has none.
+func withLib(lib, script string) string {
+	if before, after, ok := strings.Cut(script, libMarker); ok {
+		return before + lib + after
+	}
+	return lib + script
+}
+
+// script is a Lua script run by its SHA1 (EVALSHA), and by its source
+// (EVAL) when the server does not know it (first use, restart, failover).
+// Unlike redis.Script it takes its arguments already boxed, so the hot path
+// allocates only what go-redis itself needs.
 type script struct {
 	src any // the source, boxed once
 	sha any // its SHA1 in hex, boxed once
-	// loaded is set once an EVAL of the source succeeded: until then the
-	// source is sent at once, rather than an EVALSHA that is sure to meet
-	// NOSCRIPT and cost a round trip more, on the first call, when a
-	// connection may be cold too and a slow grant would eat the hold's TTL.
-	// It is a hint shared by every Client: a server that lost its scripts
-	// still answers NOSCRIPT, and the call is resent as EVAL.
-	loaded atomic.Bool
 }
 
 func newScript(src string) *script {
@@ -70,39 +77,63 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// run sends EVALSHA with keys and args. keys and args are boxed by the caller
-// (constants and per-handle values are boxed once and reused).
-func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any, args ...any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	if !s.loaded.Load() {
-		cmdArgs = append(cmdArgs, "eval", s.src, len(keys))
-		cmdArgs = append(cmdArgs, keys...)
-		cmdArgs = append(cmdArgs, args...)
-		cmd := redis.NewCmd(ctx, cmdArgs...)
-		if len(keys) > 0 {
-			cmd.SetFirstKeyPos(3)
-		}
-		_ = rdb.Process(ctx, cmd)
-		if err := cmd.Err(); err == nil || isRedisError(err) && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			s.loaded.Store(true)
-		}
-		return cmd
-	}
-	cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
-	cmdArgs = append(cmdArgs, keys...)
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
+// args lays out EVALSHA's arguments: the command, the SHA1, the key count,
+// keys and args.
+func (s *script) args(keys []any, args []any) []any {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", s.sha, len(keys))
+	a = append(a, keys...)
+	return append(a, args...)
+}
+
+// cmd builds an EVALSHA of s whose reply is read as is.
+func (s *script) cmd(keys []any, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background(), s.args(keys, args)...)
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
-	_ = rdb.Process(ctx, cmd)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmdArgs[0], cmdArgs[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, cmdArgs...)
-		if len(keys) > 0 {
-			cmd.SetFirstKeyPos(3)
-		}
-		_ = rdb.Process(ctx, cmd)
-	}
 	return cmd
+}
+
+// run sends an EVALSHA of s through c's batcher and returns its reply, or,
+// once ctx is done, a command failed with ctx's cause (the call itself goes
+// on, unobserved). keys and args are boxed by the caller.
+func (s *script) run(ctx context.Context, c *Client, keys []any, args ...any) *redis.Cmd {
+	cmd := s.cmd(keys, args...)
+	cl := newCall(cmd, s)
+	if left, err := c.batch.do(ctx, cl); left {
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
+	}
+	cl.free()
+	return cmd
+}
+
+// evalInstead runs cmd, an EVALSHA of s that failed with NOSCRIPT, as an
+// EVAL of the same arguments (which loads the script), and puts the outcome
+// into cmd.
+func (s *script) evalInstead(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) {
+	args := append([]any(nil), cmd.Args()...)
+	args[0], args[1] = "eval", s.src
+	keyed := func(c redis.Cmder) redis.Cmder {
+		if n, ok := args[2].(int); ok && n > 0 {
+			c.SetFirstKeyPos(3)
+		}
+		return c
+	}
+	switch cmd := cmd.(type) {
+	case *redis.IntCmd:
+		e := redis.NewIntCmd(ctx, args...)
+		_ = rdb.Process(ctx, keyed(e))
+		cmd.SetVal(e.Val())
+		cmd.SetErr(e.Err())
+	case *redis.Cmd:
+		e := redis.NewCmd(ctx, args...)
+		_ = rdb.Process(ctx, keyed(e))
+		cmd.SetVal(e.Val())
+		cmd.SetErr(e.Err())
+	default:
+		panic("dlock: evalInstead of a " + cmd.Name() + " command")
+	}
 }

@@ -239,7 +239,7 @@ func (a *semWait) try(ctx context.Context) (reply, time.Time, bool, error) {
 	s, p, entry, c := a.s, a.p, a.entry, a.s.c
 	sent := time.Now()
 	r, left, err := roundTrip(c, ctx, func(ctx context.Context) (reply, error) {
-		return readReply(scriptSemAcquire.run(ctx, c.rdb, s.keys, p.id, s.n, ms(a.ttl), entry, c.arg.queueTTLMs, c.arg.claimMs))
+		return readReply(scriptSemAcquire.run(ctx, c, s.keys, p.id, s.n, ms(a.ttl), entry, c.arg.queueTTLMs, c.arg.claimMs))
 	}, func(ctx context.Context, r reply, err error) {
 		if err == nil && r.v[0] != 1 && entry == "" {
 			return // neither queued nor granted

@@ -252,7 +252,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	rdb := rdbFor(t, shared)
 	acquire := func(id string) []int64 {
 		t.Helper()
-		v, err := scriptSemAcquire.run(ctx, rdb, s.keys, id, 2, 30000, "", 12000, 2000).Int64Slice()
+		v, err := scriptSemAcquire.run(ctx, c, s.keys, id, 2, 30000, "", 12000, 2000).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +260,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	}
 	release := func(id string) int64 {
 		t.Helper()
-		v, err := scriptSemRelease.run(ctx, rdb, s.keys, id, 2000, s.ks.Free).Int64Slice()
+		v, err := scriptSemRelease.run(ctx, c, s.keys, id, 2000, s.ks.Free).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	// A queue entry is made once however often the attempt is resent.
 	entry := keys.QueueEntry(7, 30000, "w:1")
 	for range 2 {
-		if r, err := scriptSemAcquire.run(ctx, rdb, s.keys, "w:1", 2, 30000, entry, 12000, 2000).Int64Slice(); err != nil || r[0] != 1 {
+		if r, err := scriptSemAcquire.run(ctx, c, s.keys, "w:1", 2, 30000, entry, 12000, 2000).Int64Slice(); err != nil || r[0] != 1 {
 			t.Fatalf("acquire with a free permit: %v %v", r, err)
 		}
 	}

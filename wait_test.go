@@ -70,9 +70,9 @@ func TestWaitersShareOneConnection(t *testing.T) {
 		t.Errorf("%d pub/sub connections, want 1", n)
 	}
 	for i := range names {
-		n, err := rdb.PubSubNumSub(ctx, held[i].ks.Channel).Result()
-		if err != nil || n[held[i].ks.Channel] != 1 {
-			t.Errorf("channel %s has %v subscribers (%v), want 1", held[i].ks.Channel, n, err)
+		n, err := rdb.PubSubNumSub(ctx, held[i].channel()).Result()
+		if err != nil || n[held[i].channel()] != 1 {
+			t.Errorf("channel %s has %v subscribers (%v), want 1", held[i].channel(), n, err)
 		}
 	}
 	cancel()
@@ -172,7 +172,7 @@ func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
 	}
 	// Redisson's unlock: delete the hash, publish 0.
 	rdb.Del(ctx, "foreign")
-	rdb.Publish(ctx, ms[0].ks.Channel, "0")
+	rdb.Publish(ctx, ms[0].channel(), "0")
 	select {
 	case err := <-results:
 		if err != nil {

@@ -37,7 +37,7 @@ func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 	}
 	rdb.HSet(ctx, "wire:election", "c:1", 1)
 	rdb.PExpire(ctx, "wire:election", 10000)
-	if n, err := scriptAnnounce.run(ctx, rdb, []any{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
+	if n, err := scriptAnnounce.run(ctx, newClient(t, shared), []any{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
 		t.Fatalf("announce: %v %v", n, err)
 	}
 	stored := rdb.HGet(ctx, "wire:election", keys.LeaderField).Val()

@@ -33,12 +33,42 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 			}
 		}
 	}
-	// The hand-off message and the queue entry.
+	// The hand-off message and the queue entry, in lib.lua's hand_off and
+	// in release.lua's inline copy of its common case.
 	if !strings.Contains(lib, "ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)") {
 		t.Error("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.ParseHandoff)")
 	}
 	if !strings.Contains(lib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
 		t.Error("lib.lua does not read queue entries as \"<ticket> <ttl ms> <owner>\" (keys.QueueEntry)")
+	}
+	for _, want := range []string{
+		"'" + keys.ClientChannelPrefix + "' .. cid,",
+		"'" + keys.ClientChannelPrefix + "' .. handed[2],",
+		"ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)",
+		"handed[1] .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', handed[3])",
+		`string.match(first, '^(%d+) (%d+) (.+)$')`,
+		`string.match(field, '^(.*):')`,
+	} {
+		if !strings.Contains(luaRelease, want) {
+			t.Errorf("release.lua's inline hand-off lacks %q (lib.lua's hand_off, keys.QueueEntry, keys.ParseHandoff)", want)
+		}
+	}
+	// Redisson's channel, as release.lua's common case builds it inline.
+	for _, name := range []string{"coupon", "user:{42}", "a{b"} {
+		ks := keys.For(name)
+		rdb.Del(ctx, name)
+		sub := rdb.Subscribe(ctx, ks.Channel)
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m := newClient(t, shared).Mutex(name)
+		mustLock(t, m)
+		mustUnlock(t, m)
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil || msg.Payload != "0" {
+			t.Errorf("release of %q: %v, %v on %s; want \"0\"", name, msg, err, ks.Channel)
+		}
+		sub.Close()
 	}
 	if tk, ttl, f, ok := keys.ParseQueueEntry(keys.QueueEntry(7, 30000, "c:1")); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
 		t.Error("keys.QueueEntry and ParseQueueEntry disagree")

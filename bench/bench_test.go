@@ -78,8 +78,8 @@ func TestHotkeyEveryLib(t *testing.T) {
 					t.Errorf("errors: acquire %d release %d (%s)", r.AcquireErrors, r.ReleaseErrors, r.FirstError)
 				}
 				// At least the winning SET and the release's DEL per grant.
-				if r.CmdsPerGrant < 2 || r.Commands <= 0 {
-					t.Errorf("commands per grant = %v (total %d), want >= 2", r.CmdsPerGrant, r.Commands)
+				if r.CmdsPerGrant < 2 || r.Commands <= 0 || r.CPUGrantUs <= 0 {
+					t.Errorf("commands per grant = %v (total %d), want >= 2, and some Redis CPU (%v µs per grant)", r.CmdsPerGrant, r.Commands, r.CPUGrantUs)
 				}
 				if r.CommandStats["config|resetstat"] != 0 || r.CommandStats["info"] != 0 {
 					t.Errorf("the bench's own RESETSTAT/INFO leaked into the counts: %v", r.CommandStats)
@@ -138,17 +138,28 @@ func TestUncontendedEveryLib(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Pairs <= 0 || r.PairsPerS <= 0 || r.AllocsPair <= 0 || r.CmdsPair < 2 || r.PairP50Us <= 0 {
+			if r.Pairs <= 0 || r.PairsPerS <= 0 || r.AllocsPair <= 0 || r.CmdsPair < 2 || r.PairP50Us <= 0 || r.CPUPairUs <= 0 {
 				t.Errorf("implausible run: %+v", r)
 			}
 			if p := r.Problems(); len(p) != 0 {
 				t.Errorf("problems: %v", p)
 			}
+			if r.PingP50Us != 0 {
+				t.Errorf("G=2 run measured PINGs: %+v", r)
+			}
+			// G=1: the pair is compared with PINGs through the lib's own client.
+			one, err := runUncontended(ctx, srv, lib, UncontendedConfig{G: 1, Duration: 50 * time.Millisecond, PingFor: 30 * time.Millisecond}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if one.PingP50Us <= 0 || one.PairPings <= 0 {
+				t.Errorf("G=1 run without its PING comparison: %+v", one)
+			}
 		})
 	}
 }
 
-func TestCommandsSinceResetCountsExactly(t *testing.T) {
+func TestSinceResetCountsExactly(t *testing.T) {
 	srv := startTestRedis(t)
 	ctx := testCtx(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -168,13 +179,18 @@ func TestCommandsSinceResetCountsExactly(t *testing.T) {
 		if err := rdb.Eval(ctx, `redis.call("SET", KEYS[1], "v"); return redis.call("GET", KEYS[1])`, []string{"k"}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		cmds, total, err := srv.CommandsSinceReset(ctx)
+		use, err := srv.SinceReset(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// 5 PING + EVAL + the SET and GET inside the script.
-		if total != 8 || cmds["ping"] != 5 || cmds["eval"] != 1 || cmds["set"] != 1 || cmds["get"] != 1 {
-			t.Fatalf("round %d: total %d, %v; want 8 (ping 5, eval 1, set 1, get 1)", round, total, cmds)
+		cmds := use.Cmds
+		if use.Total != 8 || cmds["ping"] != 5 || cmds["eval"] != 1 || cmds["set"] != 1 || cmds["get"] != 1 {
+			t.Fatalf("round %d: total %d, %v; want 8 (ping 5, eval 1, set 1, get 1)", round, use.Total, cmds)
+		}
+		// Some CPU, and less than the whole test's wall time could hold.
+		if use.CPU < 0 || use.CPU > 10*time.Second {
+			t.Fatalf("round %d: main-thread CPU %v", round, use.CPU)
 		}
 	}
 }
@@ -220,6 +236,17 @@ func TestParseRedisBenchmark(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("line %d: got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+func TestParseMainThreadCPU(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_main_thread:0.250000\r\nused_cpu_user_main_thread:1.125000\r\n"
+	got, err := parseMainThreadCPU(info)
+	if err != nil || got != 1375*time.Millisecond {
+		t.Fatalf("got %v, %v; want 1.375s", got, err)
+	}
+	if _, err := parseMainThreadCPU("# CPU\r\nused_cpu_sys:1.5\r\n"); err == nil {
+		t.Fatal("no error for an INFO without the main-thread fields")
 	}
 }
 

@@ -31,6 +31,13 @@ type Client interface {
 	Close() error
 }
 
+// Pinger is implemented by a Client that can send a PING through the very
+// client (connection pool) its locks use: the round trip a G=1 pair is
+// compared with.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Describer is optionally implemented by a Lib to document itself in the
 // report: the Go module that implements it (its version is read from the
 // binary's build info) and the settings the adapter uses.

@@ -40,7 +40,7 @@ type dlockVariant struct {
 //
 // Each extra row adds about 30 s to the default quick set.
 var dlockVariants = []dlockVariant{
-	{name: "dlock", settings: "dlock.New(go-redis client with defaults) with no options (pub/sub wake-ups, watchdog mode); Mutex(name) per acquisition, Lock/Unlock",
+	{name: "dlock", settings: "dlock.New(go-redis client with defaults) with no options (pub/sub wake-ups, watchdog mode, concurrent calls of the Client pipelined); Mutex(name) per acquisition, Lock/Unlock",
 		opts: func() []dlock.Option { return nil }},
 	{name: "dlock-fair", settings: "as dlock, FairMutex(name): FIFO hand-off, no barging",
 		opts:   func() []dlock.Option { return nil },
@@ -109,3 +109,6 @@ func (c *dlockClient) Close() error {
 	}
 	return err
 }
+
+// Ping implements Pinger, through the client the locks use.
+func (c *dlockClient) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }

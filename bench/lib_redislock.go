@@ -49,3 +49,6 @@ func (c *redislockClient) Acquire(ctx context.Context, key string) (func(context
 }
 
 func (c *redislockClient) Close() error { return c.rdb.Close() }
+
+// Ping implements Pinger, through the client the locks use.
+func (c *redislockClient) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }

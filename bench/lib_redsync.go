@@ -67,3 +67,6 @@ func (c *redsyncClient) Acquire(ctx context.Context, key string) (func(context.C
 }
 
 func (c *redsyncClient) Close() error { return c.rdb.Close() }
+
+// Ping implements Pinger, through the client the locks use.
+func (c *redsyncClient) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }

@@ -92,3 +92,8 @@ func (c *rueidislockClient) Acquire(ctx context.Context, key string) (func(conte
 }
 
 func (c *rueidislockClient) Close() error { c.lk.Close(); return nil }
+
+// Ping implements Pinger, through the client the locks use.
+func (c *rueidislockClient) Ping(ctx context.Context) error {
+	return c.lk.Client().Do(ctx, c.lk.Client().B().Ping().Build()).Error()
+}

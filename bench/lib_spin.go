@@ -80,3 +80,6 @@ func (c *spinClient) Acquire(ctx context.Context, key string) (func(context.Cont
 }
 
 func (c *spinClient) Close() error { return c.rdb.Close() }
+
+// Ping implements Pinger, through the client the locks use.
+func (c *spinClient) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }

@@ -285,13 +285,17 @@ func runSuite(ctx context.Context, srv *redisServer, libs []Lib, cfg SuiteConfig
 						break
 					}
 					fmt.Fprintf(progress, "[a uncontended G=%d] %-12s rep %d/%d ... ", g, lib.Name(), r, R)
-					ur, err := runUncontended(ctx, srv, lib, UncontendedConfig{G: g, Duration: cfg.UncontendedD}, r)
+					ur, err := runUncontended(ctx, srv, lib, UncontendedConfig{G: g, Duration: cfg.UncontendedD, PingFor: cfg.UncontendedD / 2}, r)
 					if err != nil {
 						fmt.Fprintln(progress)
 						problem("(a) G=%d %s rep %d: %v", g, lib.Name(), r, err)
 						continue
 					}
-					fmt.Fprintf(progress, "%.0f pairs/s, p50 %.0f µs, %.1f allocs/pair\n", ur.PairsPerS, ur.PairP50Us, ur.AllocsPair)
+					fmt.Fprintf(progress, "%.0f pairs/s, p50 %.0f µs, %.1f allocs/pair, Redis CPU %.1f µs/pair", ur.PairsPerS, ur.PairP50Us, ur.AllocsPair, ur.CPUPairUs)
+					if ur.PingP50Us > 0 {
+						fmt.Fprintf(progress, ", PING p50 %.0f µs (pair = %.2f PINGs)", ur.PingP50Us, ur.PairPings)
+					}
+					fmt.Fprintln(progress)
 					for _, p := range ur.Problems() {
 						problem("(a) G=%d %s rep %d: %s", g, lib.Name(), r, p)
 					}
@@ -325,8 +329,8 @@ func runSuite(ctx context.Context, srv *redisServer, libs []Lib, cfg SuiteConfig
 							problem("(b) W=%d %s %s rep %d: %v", w, hc.Mode(), lib.Name(), r, err)
 							continue
 						}
-						fmt.Fprintf(progress, "wall %.0f ms (ideal %.0f), %.1f cmds/grant, gap p50 %.2f p99 %.2f ms, violations %d\n",
-							hr.WallMs, hr.IdealMs, hr.CmdsPerGrant, hr.GapP50Ms, hr.GapP99Ms, hr.Violations+int64(hr.Overlaps))
+						fmt.Fprintf(progress, "wall %.0f ms (ideal %.0f), %.1f cmds/grant, Redis CPU %.0f µs/grant, gap p50 %.2f p99 %.2f ms, violations %d\n",
+							hr.WallMs, hr.IdealMs, hr.CmdsPerGrant, hr.CPUGrantUs, hr.GapP50Ms, hr.GapP99Ms, hr.Violations+int64(hr.Overlaps))
 						for _, p := range hr.Problems() {
 							problem("(b) W=%d %s %s rep %d: %s", w, hc.Mode(), lib.Name(), r, p)
 						}

@@ -35,6 +35,7 @@ type redisServer struct {
 
 	mu       sync.Mutex
 	baseline map[string]int64 // commandstats right after RESETSTAT (the bench's own calls)
+	cpu0     time.Duration    // main-thread CPU at the last ResetStats
 }
 
 // freeLoopbackPort asks the kernel for a free port on 127.0.0.1 (":0"
@@ -196,17 +197,9 @@ func parseCommandStats(info string) (map[string]int64, error) {
 	return out, sc.Err()
 }
 
-func (s *redisServer) commandStats(ctx context.Context) (map[string]int64, error) {
-	info, err := s.admin.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
-	}
-	return parseCommandStats(info)
-}
-
-// ResetStats runs CONFIG RESETSTAT. The first call also measures what the
-// bench's own RESETSTAT+INFO pair leaves in the counters, so that
-// CommandsSinceReset can subtract it.
+// ResetStats runs CONFIG RESETSTAT and notes the main thread's CPU time.
+// The first call also measures what the bench's own RESETSTAT, INFO cpu and
+// final INFO leave in the counters, so that SinceReset can subtract it.
 func (s *redisServer) ResetStats(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -214,21 +207,55 @@ func (s *redisServer) ResetStats(ctx context.Context) error {
 		if err := s.admin.ConfigResetStat(ctx).Err(); err != nil {
 			return err
 		}
-		b, err := s.commandStats(ctx)
+		if _, err := s.admin.Info(ctx, "cpu").Result(); err != nil {
+			return err
+		}
+		info, err := s.admin.Info(ctx, "cpu", "commandstats").Result()
 		if err != nil {
 			return err
 		}
-		s.baseline = b
+		if s.baseline, err = parseCommandStats(info); err != nil {
+			return err
+		}
 	}
-	return s.admin.ConfigResetStat(ctx).Err()
+	if err := s.admin.ConfigResetStat(ctx).Err(); err != nil {
+		return err
+	}
+	info, err := s.admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return err
+	}
+	s.cpu0, err = parseMainThreadCPU(info)
+	return err
 }
 
-// CommandsSinceReset returns the commands run since the last ResetStats,
-// minus the bench's own RESETSTAT/INFO calls: per command and in total.
-func (s *redisServer) CommandsSinceReset(ctx context.Context) (map[string]int64, int64, error) {
-	st, err := s.commandStats(ctx)
+// Usage is what Redis did since the last ResetStats.
+type Usage struct {
+	Cmds  map[string]int64 // calls per command, commands run inside scripts included
+	Total int64            // all calls
+	// CPU is the main thread's CPU time (user + system, INFO cpu's
+	// used_cpu_user_main_thread + used_cpu_sys_main_thread): the thread
+	// that runs every command and script, and the resource every client of
+	// a shared Redis competes for. The bench's own INFO and RESETSTAT cost
+	// a few microseconds of it.
+	CPU time.Duration
+}
+
+// SinceReset returns the commands run since the last ResetStats, minus the
+// bench's own RESETSTAT/INFO calls, and the main thread's CPU time, both
+// from one INFO call.
+func (s *redisServer) SinceReset(ctx context.Context) (Usage, error) {
+	info, err := s.admin.Info(ctx, "cpu", "commandstats").Result()
 	if err != nil {
-		return nil, 0, err
+		return Usage{}, err
+	}
+	st, err := parseCommandStats(info)
+	if err != nil {
+		return Usage{}, err
+	}
+	cpu, err := parseMainThreadCPU(info)
+	if err != nil {
+		return Usage{}, err
 	}
 	s.mu.Lock()
 	for k, v := range s.baseline {
@@ -237,12 +264,29 @@ func (s *redisServer) CommandsSinceReset(ctx context.Context) (map[string]int64,
 			delete(st, k)
 		}
 	}
+	cpu -= s.cpu0
 	s.mu.Unlock()
-	var total int64
+	u := Usage{Cmds: st, CPU: cpu}
 	for _, v := range st {
-		total += v
+		u.Total += v
 	}
-	return st, total, nil
+	return u, nil
+}
+
+func parseMainThreadCPU(info string) (time.Duration, error) {
+	var total float64
+	for _, f := range []string{"used_cpu_user_main_thread", "used_cpu_sys_main_thread"} {
+		v := infoField(info, f)
+		if v == "" {
+			return 0, fmt.Errorf("INFO cpu has no %s (Redis >= 6.2 reports it)", f)
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s: %v", f, err)
+		}
+		total += x
+	}
+	return time.Duration(total * float64(time.Second)), nil
 }
 
 // Flush empties the database between runs (keys of a previous library must

@@ -76,6 +76,9 @@ type UncontendedGroup struct {
 	AllocsPair Summary          `json:"allocs_per_pair"`
 	BytesPair  Summary          `json:"bytes_per_pair"`
 	CmdsPair   Summary          `json:"cmds_per_pair"`
+	CPUPairUs  Summary          `json:"redis_cpu_per_pair_us"`
+	PingP50Us  Summary          `json:"ping_p50_us"`
+	PairPings  Summary          `json:"pair_p50_in_pings"`
 	Runs       []UncontendedRun `json:"runs"`
 }
 
@@ -92,6 +95,7 @@ type HotkeyGroup struct {
 	GapP50Ms     Summary     `json:"gap_p50_ms"`
 	GapP99Ms     Summary     `json:"gap_p99_ms"`
 	CmdsPerGrant Summary     `json:"cmds_per_grant"`
+	CPUGrantUs   Summary     `json:"redis_cpu_per_grant_us"`
 	Grants       int         `json:"grants"` // summed over reps
 	Violations   int64       `json:"violations"`
 	Rewaits      int64       `json:"adapter_rewaits"` // summed over reps
@@ -125,6 +129,7 @@ type ScaleResult struct {
 	HeldCommands       int64            `json:"held_commands"`
 	CmdsPerPeriod      float64          `json:"cmds_per_renewal_period"`
 	CmdsPerLockPeriod  float64          `json:"cmds_per_lock_per_renewal_period"`
+	CPUPerLockPeriodUs float64          `json:"redis_cpu_per_lock_per_renewal_period_us"`
 	HeldCommandStats   map[string]int64 `json:"held_command_stats"`
 	KeysAliveAfter     int64            `json:"keys_alive_after"`
 	AcquireAllSeconds  float64          `json:"acquire_all_s"`
@@ -140,6 +145,7 @@ type ScaleResult struct {
 	WakeMaxMs           float64 `json:"wake_max_ms"`
 	DrainSeconds        float64 `json:"drain_seconds"`
 	DrainCmdsPerGrant   float64 `json:"drain_cmds_per_grant"`
+	DrainCPUPerGrantUs  float64 `json:"drain_redis_cpu_per_grant_us"`
 	Grants              int     `json:"grants"`
 	Violations          int64   `json:"violations"`
 	Errors              int64   `json:"errors"`
@@ -174,6 +180,9 @@ func groupUncontended(runs []UncontendedRun, order []string) []UncontendedGroup 
 			AllocsPair: pick(func(r UncontendedRun) float64 { return r.AllocsPair }),
 			BytesPair:  pick(func(r UncontendedRun) float64 { return r.BytesPair }),
 			CmdsPair:   pick(func(r UncontendedRun) float64 { return r.CmdsPair }),
+			CPUPairUs:  pick(func(r UncontendedRun) float64 { return r.CPUPairUs }),
+			PingP50Us:  pick(func(r UncontendedRun) float64 { return r.PingP50Us }),
+			PairPings:  pick(func(r UncontendedRun) float64 { return r.PairPings }),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -215,6 +224,7 @@ func groupHotkey(runs []HotkeyRun, order []string) []HotkeyGroup {
 			GapP50Ms:     pick(func(r HotkeyRun) float64 { return r.GapP50Ms }),
 			GapP99Ms:     pick(func(r HotkeyRun) float64 { return r.GapP99Ms }),
 			CmdsPerGrant: pick(func(r HotkeyRun) float64 { return r.CmdsPerGrant }),
+			CPUGrantUs:   pick(func(r HotkeyRun) float64 { return r.CPUGrantUs }),
 		}
 		total := map[string]int64{}
 		for _, r := range rs {
@@ -378,20 +388,22 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	}
 	p("\n")
 
+	writeTargets(w, rep)
+
 	if len(rep.Hotkey) > 0 {
 		p("## (b) One hot key\n\n")
-		p("W goroutines × K acquisitions of one key, each holding it L = %s ms (sleep). *separate* = one Client (connection pool) per goroutine, the distributed case; *shared* = all W goroutines share one Client. Ideal wall time = W·K·L. Hand-off gap = previous holder's release start → next holder's grant. Commands per grant from `INFO commandstats` (includes commands run inside Lua scripts).\n\n", fmtNum(m.Params.HoldMs))
+		p("W goroutines × K acquisitions of one key, each holding it L = %s ms (sleep). *separate* = one Client (connection pool) per goroutine, the distributed case; *shared* = all W goroutines share one Client. Ideal wall time = W·K·L. Hand-off gap = previous holder's release start → next holder's grant. Commands per grant from `INFO commandstats` (includes commands run inside Lua scripts); Redis CPU per grant is the main thread's CPU time (`INFO cpu`) over the run divided by grants.\n\n", fmtNum(m.Params.HoldMs))
 		var last string
 		for _, g := range rep.Hotkey {
 			section := fmt.Sprintf("W=%d, K=%d, %s", g.W, g.K, g.Mode)
 			if section != last {
 				last = section
 				p("### %s (ideal %s ms)\n\n", section, fmtNum(g.IdealMs))
-				p("| lib | cmds/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant |\n")
-				p("|---|---|---|---|---|---|---|---|---|---|\n")
+				p("| lib | cmds/grant | Redis CPU µs/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant |\n")
+				p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 			}
 			n := len(g.Runs)
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.CPUGrantUs, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
 				fmtSum(g.WaitP50Ms, n), fmtSum(g.WaitP99Ms, n), fmtSum(g.WallMs, n), fmtSum(g.Efficiency, n),
 				ifs(g.Violations == 0, "0", fmt.Sprintf("**%d**", g.Violations)), g.TopCommands)
 			if next := nextHotkeySection(rep.Hotkey, g); next {
@@ -409,10 +421,15 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	if len(rep.Uncontended) > 0 {
 		p("## (a) Uncontended acquire + release\n\n")
 		p("G goroutines share one Client, each on its own key, for %s s per run. Allocations are `runtime.MemStats.Mallocs` deltas over the run divided by pairs (whole process: includes the library's background goroutines and the release func each adapter returns; rueidislock's row includes its adapter's bounded wait, about 4 allocs).\n\n", fmtNum(m.Params.UncontendedSeconds))
-		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair |\n|---|---|---|---|---|---|---|---|\n")
+		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair. For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
+		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Uncontended {
 			n := len(g.Runs)
-			p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n))
+			ping, ratio := "–", "–"
+			if g.PingP50Us.Median > 0 {
+				ping, ratio = fmtSum(g.PingP50Us, n), fmtSum(g.PairPings, n)
+			}
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n), ping, ratio)
 		}
 		p("\n")
 	}
@@ -437,12 +454,13 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| locks held by one Client | %d (acquired in %.1f s) |\n", s.HeldLocks, s.AcquireAllSeconds)
 		p("| watchdog timeout / renewal period | %s s / %s s (renewal = a third of the timeout); measured over %s s |\n", fmtNum(s.WatchdogS), fmtNum(s.RenewalPeriodS), fmtNum(s.MeasuredS))
 		p("| Redis commands per renewal period | %s (%s per lock); top: %s |\n", fmtNum(s.CmdsPerPeriod), fmtNum(s.CmdsPerLockPeriod), topCommands(s.HeldCommandStats, 0, 3))
+		p("| Redis main-thread CPU per lock per renewal period | %s µs |\n", fmtNum(s.CPUPerLockPeriodUs))
 		p("| lock keys alive after the period | %d |\n", s.KeysAliveAfter)
 		p("| waiters / names | %d / %d |\n", s.Waiters, s.Names)
 		p("| heap per waiter | %s bytes |\n", fmtNum(s.HeapPerWaiterBytes))
 		p("| goroutine stack per waiter | %s bytes (%s goroutines per waiter, the harness's own included) |\n", fmtNum(s.StackPerWaiterBytes), fmtNum(s.GoroutinesPerWaiter))
 		p("| wake latency p50 / p99 / max | %s / %s / %s ms |\n", fmtNum(s.WakeP50Ms), fmtNum(s.WakeP99Ms), fmtNum(s.WakeMaxMs))
-		p("| drain: %d grants in | %.2f s, %s commands per grant |\n", s.Grants, s.DrainSeconds, fmtNum(s.DrainCmdsPerGrant))
+		p("| drain: %d grants in | %.2f s, %s commands and %s µs of Redis main-thread CPU per grant |\n", s.Grants, s.DrainSeconds, fmtNum(s.DrainCmdsPerGrant), fmtNum(s.DrainCPUPerGrantUs))
 		p("| violations / errors | %d / %d %s |\n\n", s.Violations, s.Errors, s.FirstError)
 	}
 	if len(rep.Notes) > 0 {
@@ -467,4 +485,85 @@ func ifs(c bool, s string, alt ...string) string {
 		return alt[0]
 	}
 	return ""
+}
+
+// writeTargets checks dlock's row against issue 9's targets, from the
+// medians of this very run, and says by how much each is met or missed.
+func writeTargets(w io.Writer, rep *Report) {
+	const me = "dlock"
+	peer := func(lib string) bool { return !strings.HasPrefix(lib, "dlock") }
+	var lines []string
+	add := func(target, detail string, met bool) {
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s |", target, detail, ifs(met, "met", "**missed**")))
+	}
+	for _, g := range []int{16, 1} {
+		var mine *UncontendedGroup
+		var best, bestCPU *UncontendedGroup
+		for i := range rep.Uncontended {
+			u := &rep.Uncontended[i]
+			switch {
+			case u.G != g:
+			case u.Lib == me:
+				mine = u
+			case peer(u.Lib):
+				if best == nil || u.PairsPerS.Median > best.PairsPerS.Median {
+					best = u
+				}
+				if bestCPU == nil || u.CPUPairUs.Median < bestCPU.CPUPairUs.Median {
+					bestCPU = u
+				}
+			}
+		}
+		if mine == nil || best == nil {
+			continue
+		}
+		if g == 16 {
+			r := mine.PairsPerS.Median / best.PairsPerS.Median
+			add("G=16 pairs/s ≥ every peer's", fmt.Sprintf("%s vs %s's %s: %.2f×", fmtNum(mine.PairsPerS.Median), best.Lib, fmtNum(best.PairsPerS.Median), r), r >= 1)
+		}
+		r := mine.CPUPairUs.Median / bestCPU.CPUPairUs.Median
+		add(fmt.Sprintf("G=%d Redis CPU per pair ≤ the lowest peer's", g), fmt.Sprintf("%s µs vs %s's %s µs: %.2f×", fmtNum(mine.CPUPairUs.Median), bestCPU.Lib, fmtNum(bestCPU.CPUPairUs.Median), r), r <= 1)
+		if g == 1 && mine.PairPings.Median > 0 {
+			add("G=1 pair p50 ≤ 2.2 PINGs on the same client", fmt.Sprintf("%s µs = %.2f PINGs of %s µs", fmtNum(mine.PairP50Us.Median), mine.PairPings.Median, fmtNum(mine.PingP50Us.Median)), mine.PairPings.Median <= 2.2)
+		}
+	}
+	var mine, bestCmds, bestCPU, bestGap *HotkeyGroup
+	maxW := 0
+	for _, h := range rep.Hotkey {
+		if h.Mode == "separate" {
+			maxW = max(maxW, h.W)
+		}
+	}
+	for i := range rep.Hotkey {
+		h := &rep.Hotkey[i]
+		switch {
+		case h.Mode != "separate" || h.W != maxW:
+		case h.Lib == me:
+			mine = h
+		case peer(h.Lib):
+			if bestCmds == nil || h.CmdsPerGrant.Median < bestCmds.CmdsPerGrant.Median {
+				bestCmds = h
+			}
+			if bestCPU == nil || h.CPUGrantUs.Median < bestCPU.CPUGrantUs.Median {
+				bestCPU = h
+			}
+			if bestGap == nil || h.GapP50Ms.Median < bestGap.GapP50Ms.Median {
+				bestGap = h
+			}
+		}
+	}
+	if mine != nil && bestCmds != nil {
+		r := mine.CmdsPerGrant.Median / bestCmds.CmdsPerGrant.Median
+		add(fmt.Sprintf("W=%d separate: commands per grant ≤ ¼ of the best peer's", maxW), fmt.Sprintf("%s vs %s's %s: %.2f×", fmtNum(mine.CmdsPerGrant.Median), bestCmds.Lib, fmtNum(bestCmds.CmdsPerGrant.Median), r), r <= 0.25)
+		r = mine.CPUGrantUs.Median / bestCPU.CPUGrantUs.Median
+		add(fmt.Sprintf("W=%d separate: Redis CPU per grant ≤ ¼ of the best peer's", maxW), fmt.Sprintf("%s µs vs %s's %s µs: %.2f×", fmtNum(mine.CPUGrantUs.Median), bestCPU.Lib, fmtNum(bestCPU.CPUGrantUs.Median), r), r <= 0.25)
+		r = mine.GapP50Ms.Median / bestGap.GapP50Ms.Median
+		add(fmt.Sprintf("W=%d separate: hand-off gap p50 ≤ the best peer's", maxW), fmt.Sprintf("%s ms vs %s's %s ms: %.2f×", fmtNum(mine.GapP50Ms.Median), bestGap.Lib, fmtNum(bestGap.GapP50Ms.Median), r), r <= 1)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## Targets (issue 9), from this run's medians\n\n")
+	fmt.Fprintf(w, "Peers are every row not named dlock*; README.md (*Why a target is missed*) says what stands behind a miss. Allocations per pair are the root package's `go test -run XXX -bench UncontendedNewHandle -benchmem` (the allocs/pair column below counts the whole bench process, adapter included).\n\n")
+	fmt.Fprintf(w, "| target | dlock vs the best peer | |\n|---|---|---|\n%s\n\n", strings.Join(lines, "\n"))
 }

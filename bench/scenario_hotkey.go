@@ -67,6 +67,7 @@ type HotkeyRun struct {
 
 	Commands     int64            `json:"commands"`
 	CmdsPerGrant float64          `json:"cmds_per_grant"`
+	CPUGrantUs   float64          `json:"redis_cpu_per_grant_us"` // Redis main-thread CPU per grant
 	CommandStats map[string]int64 `json:"command_stats"`
 }
 
@@ -209,7 +210,7 @@ func runHotkey(ctx context.Context, srv *redisServer, lib Lib, cfg HotkeyConfig,
 	wall := time.Since(base)
 	r.AdapterRewaits = rewaits(lib) - rewaits0
 
-	cmds, total, err := srv.CommandsSinceReset(ctx)
+	use, err := srv.SinceReset(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -225,10 +226,11 @@ func runHotkey(ctx context.Context, srv *redisServer, lib Lib, cfg HotkeyConfig,
 	if wall > 0 {
 		r.Efficiency = float64(cfg.Ideal()) / float64(wall)
 	}
-	r.Commands = total
-	r.CommandStats = cmds
+	r.Commands = use.Total
+	r.CommandStats = use.Cmds
 	if r.Grants > 0 {
-		r.CmdsPerGrant = float64(total) / float64(r.Grants)
+		r.CmdsPerGrant = float64(use.Total) / float64(r.Grants)
+		r.CPUGrantUs = us(use.CPU) / float64(r.Grants)
 	}
 
 	var allWaits []time.Duration

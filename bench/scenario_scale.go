@@ -113,16 +113,17 @@ func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, prog
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	cmds, total, err := srv.CommandsSinceReset(ctx)
+	use, err := srv.SinceReset(ctx)
 	if err != nil {
 		return err
 	}
 	res.MeasuredS = cfg.window().Seconds()
-	res.HeldCommands = total
-	res.HeldCommandStats = cmds
+	res.HeldCommands = use.Total
+	res.HeldCommandStats = use.Cmds
 	periods := float64(cfg.window()) / float64(cfg.renewal())
-	res.CmdsPerPeriod = float64(total) / periods
+	res.CmdsPerPeriod = float64(use.Total) / periods
 	res.CmdsPerLockPeriod = res.CmdsPerPeriod / float64(cfg.Held)
+	res.CPUPerLockPeriodUs = us(use.CPU) / periods / float64(cfg.Held)
 	if res.KeysAliveAfter, err = srv.admin.Exists(ctx, names...).Result(); err != nil {
 		return err
 	}
@@ -229,13 +230,14 @@ func scaleWaitersRun(ctx context.Context, srv *redisServer, cfg scaleConfig, pro
 	})
 	wg.Wait()
 	res.DrainSeconds = time.Since(drain).Seconds()
-	_, total, err := srv.CommandsSinceReset(ctx)
+	use, err := srv.SinceReset(ctx)
 	if err != nil {
 		return err
 	}
 	res.Grants = len(gaps)
 	if res.Grants > 0 {
-		res.DrainCmdsPerGrant = float64(total) / float64(res.Grants)
+		res.DrainCmdsPerGrant = float64(use.Total) / float64(res.Grants)
+		res.DrainCPUPerGrantUs = us(use.CPU) / float64(res.Grants)
 	}
 	res.Violations = violations.Load()
 	res.Errors = errs.Load()

@@ -14,6 +14,7 @@ import (
 type UncontendedConfig struct {
 	G        int
 	Duration time.Duration
+	PingFor  time.Duration // G=1: PINGs through the lib's client, half before and half after the run
 }
 
 // UncontendedRun is one run of scenario (a) for one Lib.
@@ -29,6 +30,12 @@ type UncontendedRun struct {
 	AllocsPair float64 `json:"allocs_per_pair"`
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
+	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
+	// PingP50Us is the p50 of sequential PINGs through the lib's own client
+	// right before and right after the run (G=1 only, 0 when the adapter
+	// cannot ping), and PairPings the pair's p50 in such round trips.
+	PingP50Us  float64 `json:"ping_p50_us,omitempty"`
+	PairPings  float64 `json:"pair_p50_in_pings,omitempty"`
 	Errors     int64   `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
 }
@@ -78,6 +85,19 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		start    = make(chan struct{})
 		end      time.Time
 	)
+	// G=1: PINGs through the lib's own client, half right before the run
+	// and half right after, so that the comparison sees the conditions of
+	// the run (on a shared VM, round trips drift between runs).
+	pinger, _ := c.(Pinger)
+	if cfg.G != 1 || cfg.PingFor <= 0 {
+		pinger = nil
+	}
+	pings := new(hist)
+	if pinger != nil {
+		if err := pingFor(ctx, pinger, cfg.PingFor/2, pings); err != nil {
+			return r, fmt.Errorf("%s: PING: %w", lib.Name(), err)
+		}
+	}
 	if err := srv.ResetStats(ctx); err != nil {
 		return r, err
 	}
@@ -119,9 +139,15 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 	elapsed := time.Since(begin)
 	runtime.ReadMemStats(&m1)
 
-	_, total, err := srv.CommandsSinceReset(ctx)
+	use, err := srv.SinceReset(ctx)
 	if err != nil {
 		return r, err
+	}
+	if pinger != nil {
+		if err := pingFor(ctx, pinger, cfg.PingFor/2, pings); err != nil {
+			return r, fmt.Errorf("%s: PING: %w", lib.Name(), err)
+		}
+		r.PingP50Us = us(pings.Quantile(0.50))
 	}
 	all := new(hist)
 	for i, h := range hists {
@@ -135,9 +161,25 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		r.PairsPerS = float64(r.Pairs) / elapsed.Seconds()
 		r.AllocsPair = float64(m1.Mallocs-m0.Mallocs) / float64(r.Pairs)
 		r.BytesPair = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(r.Pairs)
-		r.CmdsPair = float64(total) / float64(r.Pairs)
+		r.CmdsPair = float64(use.Total) / float64(r.Pairs)
+		r.CPUPairUs = us(use.CPU) / float64(r.Pairs)
 	}
 	r.PairP50Us = us(all.Quantile(0.50))
 	r.PairP99Us = us(all.Quantile(0.99))
+	if r.PingP50Us > 0 {
+		r.PairPings = r.PairP50Us / r.PingP50Us
+	}
 	return r, nil
+}
+
+// pingFor sends sequential PINGs through p for d, recording each in h.
+func pingFor(ctx context.Context, p Pinger, d time.Duration, h *hist) error {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		t0 := time.Now()
+		if err := p.Ping(ctx); err != nil {
+			return err
+		}
+		h.Record(time.Since(t0))
+	}
+	return nil
 }

@@ -1,24 +1,65 @@
 -- acquire: take, re-enter or wait for a reentrant lock.
+-- KEYS[1] the lock hash, KEYS[2] the fencing counter, KEYS[3] the queue
 -- ARGV[1] owner field
 -- ARGV[2] ttl in ms for a new hold (the lease, or the watchdog timeout)
 -- ARGV[3] the hold count the caller believes it has (0: it holds nothing)
--- ARGV[4] queue entry to register when the lock is held by another ('' = none)
--- ARGV[5] '1' when this entry was registered by an earlier call
--- ARGV[6] queue ttl in ms
--- ARGV[7] fencing counter ttl in ms
+-- ARGV[4] fencing counter ttl in ms
+-- Sent only by a caller that queues or takes a fair lock (an uncontended
+-- Mutex call sends the four above):
+-- ARGV[5] queue entry to register when the lock is held by another ('' = none)
+-- ARGV[6] '1' when this entry was registered by an earlier call
+-- ARGV[7] queue ttl in ms
 -- ARGV[8] '1' for a fair lock: a free lock goes to the head of the queue
 -- ARGV[9] hand-off claim window in ms (fair only)
--- Returns {1, count, token} when held (token 0 on re-entry: the caller has it),
--- {0, pttl} when another owner holds it, {-1} when the caller's hold is gone.
+-- Returns one integer:
+--   r >= 0   held: the new hold's fencing token (ARGV[3] = 0), or the count
+--            of the re-entered hold;
+--   r = -1   the hold the caller re-enters is gone;
+--   r <= -2  another owner holds the lock, for -3 - r ms more (-1: no TTL).
 --
 -- The expected count makes a repeated call harmless: when go-redis resends a
 -- call whose reply was lost, the count is already one more than expected, and
 -- the script reports the hold instead of counting it twice.
-local expected = tonumber(ARGV[3])
--- PTTL first: on a free lock (the common case) it is the only read needed.
+--
+-- The common cases come first, before lib.lua's helpers are defined: a free
+-- lock taken by a caller that does not queue, and a lock held by another
+-- owner (a waiter's attempt). PTTL answers both "is it free" and, when it is
+-- not, "for how long".
 local ttl = redis.call('pttl', KEYS[1])
+local taken = false
+if ttl == -2 and ARGV[3] == '0' and not ARGV[5] then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  local tok = redis.call('incr', KEYS[2])
+  if tok ~= 1 then return tok end
+  -- The counter had expired: INCR created it from zero, without a TTL.
+  taken = true
+end
+local entry = ARGV[5] or ''
 local cnt = false
 if ttl ~= -2 then cnt = redis.call('hget', KEYS[1], ARGV[1]) end
+-- enqueue registers the caller's entry, if it has one, behind the others.
+local function enqueue()
+  if entry == '' then return end
+  if ARGV[6] == '1' then
+    if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
+    redis.call('pexpire', KEYS[3], ARGV[7])
+  else
+    -- A call resent by go-redis (its reply lost) finds its own entry last in
+    -- the queue: one look at the tail keeps it from queueing twice.
+    if redis.call('lpos', KEYS[3], entry, 'RANK', -1, 'MAXLEN', 1) then return end
+    if redis.call('rpush', KEYS[3], entry) == 1 then
+      redis.call('pexpire', KEYS[3], ARGV[7])
+    end
+  end
+end
+if ttl ~= -2 and not cnt and ARGV[3] == '0' then
+  enqueue()
+  return -3 - ttl
+end
+--[[lib.lua]]
+if taken then return issue_token(ARGV[4]) end
+local expected = tonumber(ARGV[3])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
@@ -26,49 +67,35 @@ if cnt then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
       redis.call('pexpire', KEYS[1], ARGV[2])
     end
-    return {1, cnt, 0}
+    return cnt
   end
   if expected == 0 then
     -- Our own earlier call, resent, or a hand-off whose message we missed.
     -- A hand-off's TTL is only the claim window: give the hold the TTL the
     -- caller will count on. Drop any entry of ours a resent call queued.
     redis.call('pexpire', KEYS[1], ARGV[2])
-    if ARGV[4] ~= '' then redis.call('lrem', KEYS[3], 0, ARGV[4]) end
-    return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
+    if entry ~= '' then redis.call('lrem', KEYS[3], 0, entry) end
+    return tonumber(redis.call('get', KEYS[2]) or '0')
   end
-  return {1, cnt, 0}
+  return cnt
 end
 if expected > 0 then
-  return {-1}
-end
-local function enqueue()
-  if ARGV[4] == '' then return end
-  if ARGV[5] == '1' then
-    if not redis.call('lpos', KEYS[3], ARGV[4]) then redis.call('rpush', KEYS[3], ARGV[4]) end
-    redis.call('pexpire', KEYS[3], ARGV[6])
-  else
-    -- A call resent by go-redis (its reply lost) finds its own entry last in
-    -- the queue: one look at the tail keeps it from queueing twice.
-    if redis.call('lpos', KEYS[3], ARGV[4], 'RANK', -1, 'MAXLEN', 1) then return end
-    if redis.call('rpush', KEYS[3], ARGV[4]) == 1 then
-      redis.call('pexpire', KEYS[3], ARGV[6])
-    end
-  end
+  return -1
 end
 if ttl == -2 and ARGV[8] == '1' then
   -- Fair: a free lock with waiters queued goes to the head of the queue (it
   -- is free only because its holder expired or a hand-off was not claimed).
   -- If that is not the caller, the caller queues behind.
-  if hand_off(ARGV[9], ARGV[7], ARGV[4]) == 1 then
+  if hand_off(ARGV[9], ARGV[4], entry) == 1 then
     enqueue()
-    return {0, redis.call('pttl', KEYS[1])}
+    return -3 - redis.call('pttl', KEYS[1])
   end
 end
 if ttl == -2 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  if ARGV[4] ~= '' and ARGV[5] == '1' then redis.call('lrem', KEYS[3], 1, ARGV[4]) end
-  return {1, 1, next_token(ARGV[7])}
+  if entry ~= '' and ARGV[6] == '1' then redis.call('lrem', KEYS[3], 1, entry) end
+  return next_token(ARGV[4])
 end
 enqueue()
-return {0, ttl}
+return -3 - ttl

@@ -1,4 +1,8 @@
--- Shared by every lock script; dlock prepends it to each script's source.
+-- Shared by every lock script; dlock splices it into each script's source
+-- where the script has the line "--[[lib.lua]]", else prepends it. A script
+-- whose common case needs none of these helpers runs that case before the
+-- splice: defining the helpers (a closure each) costs Redis more than a
+-- whole uncontended take or release.
 --
 -- Key order, the same in every script that uses these helpers:
 --   KEYS[1] the lock hash (the lock name itself, Redisson's layout)
@@ -79,12 +83,13 @@ end
 -- hand_off passes the lock straight to the first valid waiter in the queue:
 -- the hash is rewritten to its field with the claim window as TTL, a new
 -- token is issued and the waiter's process is told on its client channel.
+-- e, when given, is an entry the caller already popped from the queue's head.
 -- When the first entry is self (the caller's own entry), it is popped and
 -- left to the caller. Returns 1 when handed to another waiter, 2 when self was
 -- at the head, 0 when the queue held nobody.
-local function hand_off(claim_ms, fence_ttl, self)
+local function hand_off(claim_ms, fence_ttl, self, e)
   while true do
-    local e = redis.call('lpop', KEYS[3])
+    e = e or redis.call('lpop', KEYS[3])
     if not e then return 0 end
     if e == self then return 2 end
     local ticket, ttl, field = string.match(e, '^(%d+) (%d+) (.+)$')
@@ -104,14 +109,16 @@ local function hand_off(claim_ms, fence_ttl, self)
         ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
       return 1
     end
+    e = false
   end
 end
 
 -- release_to_next frees the lock: it hands it straight to the first waiter in
 -- the queue when there is one (the lock never becomes free, so nobody else
--- retries), or deletes it and publishes Redisson's unlock message '0'.
-local function release_to_next(claim_ms, fence_ttl)
-  if hand_off(claim_ms, fence_ttl, nil) == 0 then
+-- retries), or deletes it and publishes Redisson's unlock message '0'. first,
+-- when given, is the queue's head, already popped by the caller.
+local function release_to_next(claim_ms, fence_ttl, first)
+  if hand_off(claim_ms, fence_ttl, nil, first) == 0 then
     redis.call('del', KEYS[1])
     publish(redisson_name('redisson_lock__channel', KEYS[1]), '0')
   end

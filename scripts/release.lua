@@ -1,29 +1,74 @@
 -- release: undo one hold of a reentrant lock, or all of them.
+-- KEYS[1] the lock hash, KEYS[2] the fencing counter, KEYS[3] the queue,
 -- KEYS[4] the forced set dlock:forced:{name}
 -- ARGV[1] owner field
 -- ARGV[2] the hold count the caller believes it has
 -- ARGV[3] hand-off claim window in ms
 -- ARGV[4] fencing counter ttl in ms
--- ARGV[5] '1' to drop every hold of this owner at once
--- ARGV[6] the hold's fencing token
--- Returns {1, remaining count}, or {0, why} when the caller holds nothing
--- (why_gone's code).
+-- ARGV[5] the hold's fencing token
+-- ARGV[6] '1' to drop every hold of this owner at once (absent otherwise)
+-- Returns one integer: r >= 0 released, r is the count that remains;
+-- r < 0 the caller holds nothing, and -1 - r is why (why_gone's code).
 --
 -- A resent call must not decrement twice: a non-final decrement is recognised
 -- by the count being one less than expected. A resent final release finds the
 -- field gone with the code GONE; owner fields are never reused, so the caller,
--- whose hold could not have expired yet, knows it was its own release.
+-- whose hold could not have expired yet, knows it was its own.
+--
+-- The common cases come first, before lib.lua's helpers are defined: a
+-- final release with nobody queued (release_to_next's work, inline), and one
+-- that hands the lock to a well-formed first entry (hand_off's, inline).
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
+local first, handed = false, false
+if cnt == '1' and ARGV[2] == '1' then
+  first = redis.call('lpop', KEYS[3])
+  if not first then
+    redis.call('del', KEYS[1])
+    -- Redisson's unlock message, on its channel for the name (redisson_name).
+    local channel = 'redisson_lock__channel:{' .. KEYS[1] .. '}'
+    if string.find(KEYS[1], '{', 1, true) then channel = 'redisson_lock__channel:' .. KEYS[1] end
+    redis.pcall('publish', channel, '0')
+    return 0
+  end
+  local ticket, ttl, field = string.match(first, '^(%d+) (%d+) (.+)$')
+  local cid = field and string.match(field, '^(.*):')
+  if cid then
+    redis.call('del', KEYS[1])
+    redis.call('hset', KEYS[1], field, 1)
+    local claim = math.min(tonumber(ttl), tonumber(ARGV[3]))
+    redis.call('pexpire', KEYS[1], claim)
+    local tok = redis.call('incr', KEYS[2])
+    handed = {ticket, cid, claim}
+    if tok ~= 1 then
+      redis.pcall('publish', 'dlock:client:' .. cid,
+        ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
+      return 0
+    end
+    -- The counter had expired: a new sequence, below.
+  end
+end
+--[[lib.lua]]
+if handed then
+  local tok = issue_token(ARGV[4])
+  publish('dlock:client:' .. handed[2],
+    handed[1] .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', handed[3]))
+  return 0
+end
+if first then
+  -- The first entry was not a waiter's: hand_off goes on down the queue.
+  release_to_next(ARGV[3], ARGV[4], first)
+  return 0
+end
 if not cnt then
-  return {0, why_gone(KEYS[2], KEYS[4], ARGV[1], ARGV[6], ARGV[4])}
+  return -1 - why_gone(KEYS[2], KEYS[4], ARGV[1], ARGV[5], ARGV[4])
 end
 cnt = tonumber(cnt)
 local expected = tonumber(ARGV[2])
-if ARGV[5] ~= '1' then
+if ARGV[6] ~= '1' then
   -- Checked before anything else: a resent 2 -> 1 finds count 1, which must
   -- not read as a final release.
-  if expected > 1 and cnt == expected - 1 then return {1, cnt} end
-  if cnt > 1 then return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
+  if expected > 1 and cnt == expected - 1 then return cnt end
+  if cnt > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
 end
 release_to_next(ARGV[3], ARGV[4])
-return {1, 0}
+return 0

@@ -93,7 +93,7 @@ type Set struct {
 func For(name string) Set {
 	return Set{
 		Lock:    name,
-		Channel: redissonName("redisson_lock__channel", name),
+		Channel: LockChannel(name),
 		Fence:   Companion("dlock:fence", name),
 		Queue:   Companion("dlock:queue", name),
 		Forced:  Companion("dlock:forced", name),
@@ -103,6 +103,43 @@ func For(name string) Set {
 		Writers:   Companion("dlock:wwait", name),
 	}
 }
+
+// ForMutex returns the names a Mutex needs on every call (Lock, Fence, Queue
+// and Forced) built in one allocation, with the others left empty: a handle
+// made per acquisition needs no more. name must have passed Validate.
+func ForMutex(name string) Set {
+	prefixes := [...]string{"dlock:fence", "dlock:queue", "dlock:forced"}
+	tag, tagged := HashTag(name)
+	var b strings.Builder
+	n := 0
+	for _, p := range prefixes {
+		n += len(p) + 3 + len(name)
+		if tagged {
+			n += len(tag) + 1
+		}
+	}
+	b.Grow(n)
+	var ends [len(prefixes)]int
+	for i, p := range prefixes {
+		b.WriteString(p)
+		if tagged {
+			b.WriteString(":{")
+			b.WriteString(tag)
+			b.WriteString("}:")
+			b.WriteString(name)
+		} else {
+			b.WriteString(":{")
+			b.WriteString(name)
+			b.WriteString("}")
+		}
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	return Set{Lock: name, Fence: all[:ends[0]], Queue: all[ends[0]:ends[1]], Forced: all[ends[1]:ends[2]]}
+}
+
+// LockChannel is Redisson's release channel of the lock name (Set.Channel).
+func LockChannel(name string) string { return redissonName("redisson_lock__channel", name) }
 
 // redissonName is Redisson's prefixName: a name that already contains '{' is
 // appended as it is (its own hash tag decides), any other is wrapped in braces.

@@ -132,3 +132,18 @@ func TestRedissonChannelNames(t *testing.T) {
 		t.Errorf("RWChannel = %q", got)
 	}
 }
+
+func TestForMutexAgreesWithFor(t *testing.T) {
+	for _, name := range []string{"coupon", "user:{42}", "a{b", "{x}", "{}y", "é{ü}ö"} {
+		want, got := For(name), ForMutex(name)
+		if got.Lock != want.Lock || got.Fence != want.Fence || got.Queue != want.Queue || got.Forced != want.Forced {
+			t.Errorf("ForMutex(%q) = %+v, For has %+v", name, got, want)
+		}
+		if got.Channel != "" || got.Readers != "" {
+			t.Errorf("ForMutex(%q) filled names a Mutex does not need: %+v", name, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = ForMutex("coupon") }); n != 1 {
+		t.Errorf("ForMutex allocates %v times, want once", n)
+	}
+}

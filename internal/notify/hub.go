@@ -279,6 +279,15 @@ func (h *Hub) Subscribed() []string {
 	return out
 }
 
+// Listening reports whether the client channel is confirmed and
+// lockChannel subscribed or lingering: a waiter that joins now costs no
+// SUBSCRIBE and is sure to hear its hand-off.
+func (h *Hub) Listening(lockChannel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clientOK && h.chans[lockChannel] != nil
+}
+
 // Close wakes every waiter with Closed set, drops all subscriptions by closing
 // the connection, and waits for the reader goroutine to exit. It is idempotent.
 func (h *Hub) Close() error {

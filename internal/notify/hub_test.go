@@ -31,16 +31,19 @@ func TestHub(t *testing.T) {
 	ctx := context.Background()
 	h := New(rdb, Config{ClientChannel: "dlock:client:test", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
-	if h.Ready() {
-		t.Fatal("ready before any Join")
+	if h.Ready() || h.Listening("lockchan") {
+		t.Fatal("ready or listening before any Join")
 	}
 	w1, err := h.Join(ctx, "lockchan")
 	if err != nil {
 		t.Fatal(err)
 	}
 	w2, _ := h.Join(ctx, "lockchan")
-	if !h.Ready() {
-		t.Fatal("not ready after Join returned")
+	if !h.Ready() || !h.Listening("lockchan") {
+		t.Fatal("not ready or not listening after Join returned")
+	}
+	if h.Listening("otherchan") {
+		t.Fatal("listening on a channel nobody joined")
 	}
 	if n := rdb.PubSubNumSub(ctx, "lockchan").Val()["lockchan"]; n != 1 {
 		t.Fatalf("lockchan has %d subscribers, want 1 for two waiters", n)
@@ -68,12 +71,18 @@ func TestHub(t *testing.T) {
 	h.Leave(w1)
 	h.Leave(w2)
 	h.Leave(w2) // idempotent
+	if !h.Listening("lockchan") {
+		t.Fatal("not listening during the linger")
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for rdb.PubSubNumSub(ctx, "lockchan").Val()["lockchan"] != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("lock channel still subscribed after the linger")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if h.Listening("lockchan") {
+		t.Fatal("listening after the linger")
 	}
 
 	// After the connection is killed, the waiters are told to re-check once
