@@ -99,13 +99,13 @@ func (e *Elector) run(ctx context.Context) {
 	for {
 		lctx, err := e.el.Campaign(ctx, e.value)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
 			if errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrInvalidArgument) {
 				e.mu.Lock()
 				e.err = err
 				e.mu.Unlock()
+				return
+			}
+			if ctx.Err() != nil {
 				return
 			}
 			select {

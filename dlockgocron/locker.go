@@ -117,7 +117,7 @@ type Locker struct {
 	mu      sync.Mutex
 	closed  bool
 	running map[string]*Lock // key -> the hold of the job now running
-	stop    chan struct{} // closed by Close: release kept locks at once
+	stop    chan struct{}    // closed by Close: release kept locks at once
 	wg      sync.WaitGroup
 }
 
