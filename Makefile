@@ -17,7 +17,7 @@ PKGS ?= ./...
 # then the integrations (sqllock: the SQL fallback tier, tested against
 # private mariadbd and PostgreSQL servers) and the CLI, each with its own
 # go.mod (go.work joins them for development).
-MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./cmd/dlock
+MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 
 .PHONY: all deps vet test bench fmt fmt-fix lint
 
