@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
@@ -192,68 +191,6 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r reply) (bool, error) 
 			return a.grant(ctx, tok, sent, claim)
 		}
 		timer.Reset(a.sleep(r))
-	}
-}
-
-// spin is run in spin mode: attempts separated by a jittered exponential
-// backoff, with no subscription. A Mutex spins without queueing; a FairMutex
-// queues an entry with ticket 0 (nobody listens for its hand-off message)
-// and finds a hand-off by polling, so arrival order still holds.
-func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
-	c := a.h.c
-	if a.canWait {
-		switch p := a.h.p.(type) {
-		case mutexProtocol:
-			if p.fair {
-				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.ownerField)
-			}
-		case writeProtocol:
-			a.q.entry = "w"
-		}
-	}
-	backoff := c.cfg.spinMin
-	var timer *time.Timer
-	for {
-		r, sent, left, err := a.try(waitCtx)
-		if err != nil {
-			return a.failed(ctx, err, left)
-		}
-		if r.v[0] == 1 {
-			var claim time.Duration
-			if a.q.registered && a.h.p.handsOff() {
-				claim = c.cfg.claim // may be a hand-off, valid for the claim window
-			}
-			return a.grant(ctx, uint64(r.v[2]), sent, claim)
-		}
-		if !a.canWait {
-			return false, nil
-		}
-		d := backoff/2 + rand.N(backoff/2+1)
-		if pttl := time.Duration(r.v[1]) * time.Millisecond; pttl >= 0 {
-			d = min(d, pttl)
-		}
-		if timer == nil {
-			timer = time.NewTimer(d)
-			defer timer.Stop()
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-timer.C:
-		case <-waitCtx.Done():
-			a.giveUp()
-			if ctx.Err() != nil {
-				return false, context.Cause(ctx)
-			}
-			a.timedOut = true
-			return false, nil
-		}
-		if c.closed.Load() {
-			a.giveUp()
-			return false, ErrClosed
-		}
-		// Doubling without overflow: spinMax is at most MaxSpinBackoff.
-		backoff = min(backoff*2, c.cfg.spinMax)
 	}
 }
 
@@ -476,47 +413,4 @@ func (h *hold) undo(ctx context.Context, q queueing, mayHold bool) {
 			h.c.cfg.logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", h.name, "err", err)
 		}
 	}
-}
-
-// reenter counts one more hold of h, which ctx carries.
-func (h *hold) reenter(ctx context.Context, lease time.Duration) error {
-	if err := h.lostErr(); err != nil {
-		// The hold was declared lost here, though Redis may still have it:
-		// re-entering would extend a hold that nothing renews.
-		return err
-	}
-	if err := h.turn(ctx); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	count := h.count
-	h.mu.Unlock()
-	if count == 0 {
-		h.endTurn()
-		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
-	}
-	ttl := lease
-	if lease <= 0 {
-		ttl = h.c.cfg.watchdog
-	}
-	cmd, s := h.p.attempt(h, ttl, count, queueing{})
-	cl := newCall(cmd, s)
-	cl.op, cl.h, cl.count = opReenter, h, count
-	if left, err := h.c.batch.do(ctx, cl); left {
-		return err // the handler gives the turn back
-	}
-	defer h.endTurn()
-	r, err := h.p.attemptReply(cmd, count)
-	cl.free()
-	if err != nil {
-		return err
-	}
-	if r.n == 3 && r.v[0] == 1 {
-		h.mu.Lock()
-		h.count = int(r.v[1])
-		h.mu.Unlock()
-		return nil
-	}
-	h.lose(lossError(h.name, ErrTakenOver, nil))
-	return h.lostErr()
 }

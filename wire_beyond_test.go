@@ -3,6 +3,7 @@ package dlock
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 )
@@ -36,7 +37,7 @@ func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.HSet(ctx, "wire:election", "c:1", 1)
-	rdb.PExpire(ctx, "wire:election", 10000)
+	rdb.PExpire(ctx, "wire:election", 10*time.Second)
 	if n, err := scriptAnnounce.run(ctx, newClient(t, shared), []any{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
 		t.Fatalf("announce: %v %v", n, err)
 	}
