@@ -4,45 +4,18 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
-// silentServer accepts connections and never answers, like a partitioned or
-// hung Redis. Its connections are closed when the test ends.
-func silentServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
+// silentServer is a Redis that accepts and never answers, like a
+// partitioned or hung one.
+func silentServer(t testing.TB) string { return testenv.NewSilentServer(t).Addr() }
 
 // refusedAddr is a loopback address where nothing listens.
 func refusedAddr(t testing.TB) string {
