@@ -10,6 +10,10 @@ import (
 // deadline, instead of a timer per hold (which would cost two allocations
 // per acquisition, and most holds end long before their deadline).
 type deadlines struct {
+	// firing runs one fire at a time: the timer is re-armed before the
+	// checks run, and a second fire must not check later deadlines before
+	// the first has checked earlier ones.
+	firing  sync.Mutex
 	mu      sync.Mutex
 	heap    []*hold // ordered by dueAt; each hold knows its dueIndex
 	timer   *time.Timer
@@ -67,6 +71,8 @@ func (d *deadlines) remove(h *hold) {
 // fire checks every hold whose deadline has passed and re-arms the timer
 // for the next one.
 func (d *deadlines) fire() {
+	d.firing.Lock()
+	defer d.firing.Unlock()
 	now := time.Now()
 	var due []*hold
 	d.mu.Lock()
