@@ -115,7 +115,7 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 		return a.failed(ctx, err, left)
 	}
 	if r.v[0] == 1 {
-		return a.grant(ctx, uint64(r.v[2]), sent, 0)
+		return a.grant(ctx, uint64(r.v[2]), sent)
 	}
 	if !a.canWait {
 		return false, nil
@@ -130,7 +130,7 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 			return a.failed(ctx, err, left)
 		}
 		if r.v[0] == 1 {
-			return a.grant(ctx, uint64(r.v[2]), sent, 0)
+			return a.grant(ctx, uint64(r.v[2]), sent)
 		}
 	}
 	return a.wait(ctx, waitCtx, r)
@@ -144,10 +144,11 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r reply) (bool, error) 
 	for {
 		select {
 		case <-a.w.C:
+			// A message only wakes us, even one that says the lock was
+			// handed to us: anyone may publish it. The attempt below is
+			// what tells, and it gives a hand-off its full TTL.
 			ev := a.w.Take()
 			switch {
-			case ev.Granted:
-				return a.grant(ctx, ev.Token, time.Now(), ev.TTL)
 			case ev.Closed:
 				a.giveUp()
 				return false, ErrClosed
@@ -162,10 +163,8 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r reply) (bool, error) 
 				a.giveUp()
 				return false, context.Cause(ctx)
 			}
-			// The wait is over; a hand-off that raced the deadline counts.
-			if ev := a.w.Take(); ev.Granted {
-				return a.grant(ctx, ev.Token, time.Now(), ev.TTL)
-			}
+			// The wait is over. A hand-off that raced the deadline is
+			// passed on by leave.lua, like one that raced a cancellation.
 			a.giveUp()
 			a.timedOut = true
 			return false, nil
@@ -177,18 +176,10 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r reply) (bool, error) 
 			return a.failed(ctx, err, left)
 		}
 		if r.v[0] == 1 {
-			// Taken by our own attempt, or a hand-off whose message we have
-			// not read yet: either way the grant's TTL started after sent,
-			// and a hand-off's TTL is only the claim window.
-			tok := uint64(r.v[2])
-			if ev := a.w.Take(); ev.Granted {
-				tok = ev.Token
-			}
-			var claim time.Duration
-			if a.h.p.handsOff() {
-				claim = a.h.c.cfg.claim
-			}
-			return a.grant(ctx, tok, sent, claim)
+			// Taken by our own attempt, or handed to us: either way the
+			// attempt gave the hold its TTL after sent, and the token is
+			// the one Redis issued.
+			return a.grant(ctx, uint64(r.v[2]), sent)
 		}
 		timer.Reset(a.sleep(r))
 	}
@@ -294,13 +285,10 @@ func (a *acquisition) giveUp() {
 }
 
 // grant turns a granted attempt or hand-off into a hold of the handle.
-func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, claim time.Duration) (bool, error) {
+func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (bool, error) {
 	h := a.h
 	a.granted = true
 	ttl := a.ttl
-	if claim > 0 {
-		ttl = min(ttl, claim)
-	}
 	if time.Since(sent) > ttl/3 {
 		// The grant took long to arrive (a cold connection, a slow link):
 		// too little of its TTL is left to vouch for it. One renewal
@@ -314,7 +302,7 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time, c
 			return false, err
 		}
 	}
-	if !h.granted(token, sent, a.lease, claim) {
+	if !h.granted(token, sent, a.lease) {
 		// Close has begun and already released what it knew of.
 		h.end(lossError(h.name, ErrClosed, nil), nil)
 		_ = h.c.releaseDetached(ctx, h, true)

@@ -88,7 +88,8 @@
 // per script call. A process that wants a taken lock subscribes (once per
 // Client) to its hand-off channel and queues itself in dlock:queue:{name};
 // the holder's release passes the lock straight to the first queued waiter
-// and tells only that waiter's process. Releases with nobody queued publish
+// and wakes only that waiter's process, whose next attempt finds the lock
+// its own and gives it the full TTL. Releases with nobody queued publish
 // Redisson's "0" on redisson_lock__channel:{name}, which dlock waiters also
 // listen to, so releases by Redisson wake them too.
 //
@@ -100,9 +101,8 @@
 // hold's context is cancelled) before its TTL runs out after its last
 // confirmed renewal: the holder counts the TTL less a margin for clock drift
 // (1% of it plus 2ms, Redlock's allowance) on its own monotonic clock, from
-// when the renewing or granting request was sent. (For a lock handed over by a releasing process,
-// the TTL is counted from when the hand-off message is read, which assumes
-// pub/sub delivery takes a small part of the 2s claim window.) Tokens of
+// when the renewing or granting request was sent. Every grant is the reply
+// to a request of the holder's own, a hand-off included. Tokens of
 // successive holds of one name strictly increase (see the fencing paragraph
 // below). Close tells every holder of its client (as a loss wrapping
 // ErrClosed) before it releases their locks. The reasons a hold is lost are
@@ -118,6 +118,28 @@
 // after its last confirmed renewal. The number of permits is fixed while a
 // semaphore has holders or waiters (another number is ErrInvalidArgument).
 // Semaphore permits expire by the Redis server's clock.
+//
+// # Whom it trusts
+//
+// Redis's data is the only source of truth. A pub/sub message wakes a
+// waiter, and at most one of its attempts follows; no message makes anyone a
+// holder, ends a hold, or tells an observer who leads. What a client sharing
+// the same Redis can do, by what its ACL lets it do:
+//
+//   - Publish on any channel (the default ACL allows every channel): it can
+//     make waiters attempt again, one attempt per message at most for each
+//     woken waiter (repeated wake-ups coalesce until the waiter has tried),
+//     and make Election.Observe read the leader from Redis again. It cannot
+//     grant a lock, a permit or a leadership, end a hold, show a false
+//     leader, or make a call hang or panic.
+//   - Also read dlock's keys and channels (queues, owner fields, tickets,
+//     fencing counters, PUBSUB CHANNELS): the same, and no more. Messages
+//     crafted from everything readable, or replayed, still only wake.
+//     Nothing dlock sends is a secret it relies on.
+//   - Write dlock's keys (or run scripts, FLUSHALL, DEBUG, CONFIG): it can
+//     break any Redis lock, dlock's or anyone's: delete a held lock, grant
+//     one to itself, rewind a fencing counter. No client library can defend
+//     against it; keep such users off the keys with ACLs.
 //
 // # What is not guaranteed
 //

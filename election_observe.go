@@ -20,8 +20,10 @@ import (
 //
 // It is event-driven: Observe holds a pub/sub connection of its own,
 // subscribed to the election's changes channel and its lock's release
-// channel, and reads Redis only when a release or a reconnection makes the
-// state uncertain; while nothing changes it sends no command. Values are
+// channel, and reads the leader from Redis when an announcement, a release
+// or a reconnection says it may have changed; while nothing changes it sends
+// no command. What it delivers is what Redis holds, never what a message
+// says: a forged announcement costs one read and shows nothing. Values are
 // delivered in the order of the leaders' terms (fencing tokens), never
 // twice. The channel is closed when ctx is done or the Client is closed (at
 // once for bad input or a closed Client). Receive from it promptly: a value
@@ -118,11 +120,17 @@ func (o *observer) run(ctx context.Context) {
 					return
 				}
 			case *redis.Message:
-				if m.Channel == e.ks.Changes {
-					if tok, v, ok := keys.ParseLeaderMessage(m.Payload); ok && !o.deliver(ctx, 2*tok, v) {
-						return
-					}
-				} else if !o.refresh(ctx) { // a release: maybe nobody leads now
+				// An announcement or a release only says "read Redis
+				// again": anyone may publish either, and a forged term
+				// must neither show nor hide a leader. An announcement of
+				// a term already delivered (or no announcement at all)
+				// needs no read; messages queued behind this one are
+				// answered by the same read.
+				if m.Channel == e.ks.Changes && !o.newer(m.Payload) {
+					continue
+				}
+				drain(msgs)
+				if !o.refresh(ctx) {
 					return
 				}
 			}
@@ -169,6 +177,13 @@ func (o *observer) refresh(ctx context.Context) bool {
 	return o.deliver(ctx, seq, "")
 }
 
+// newer reports whether announcement claims a term after the last one
+// delivered. It decides only whether to read Redis, never what to deliver.
+func (o *observer) newer(announcement string) bool {
+	tok, _, ok := keys.ParseLeaderMessage(announcement)
+	return ok && 2*tok > o.seq
+}
+
 // deliver sends v if seq is newer than what was delivered.
 func (o *observer) deliver(ctx context.Context, seq uint64, v string) bool {
 	if seq <= o.seq {
@@ -181,5 +196,16 @@ func (o *observer) deliver(ctx context.Context, seq uint64, v string) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// drain discards what msgs holds ready, without waiting.
+func drain(msgs <-chan any) {
+	for {
+		select {
+		case <-msgs:
+		default:
+			return
+		}
 	}
 }

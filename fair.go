@@ -12,7 +12,7 @@ package dlock
 //
 // A waiter joins the queue dlock:queue:{name} with one script call when it
 // finds the lock taken. A release hands the lock straight to the head of the
-// queue and tells only that waiter's process (on its client channel
+// queue and wakes only that waiter's process (on its client channel
 // dlock:client:<client id>, one message, no broadcast). A free lock is granted
 // to a caller only when the queue is empty: a newcomer never barges past a
 // queued waiter, and a queued waiter that re-checks a lock that became free

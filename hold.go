@@ -109,11 +109,11 @@ func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Mill
 
 // granted starts the bookkeeping of a new grant: renewal in watchdog mode,
 // the local deadline that declares the hold lost, and the client's registry.
-// sent is when the granting call was sent (the TTL started after it); claim
-// is set when the lock arrived by hand-off with a TTL of only the claim
-// window. It reports false, with nothing registered, when the client is
-// closing.
-func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration) bool {
+// sent is when the granting call was sent: the TTL started after it, since
+// every grant is the reply to an attempt of the caller's own (a hand-off
+// message only wakes the waiter, whose attempt then gives the hold its TTL).
+// It reports false, with nothing registered, when the client is closing.
+func (h *hold) granted(token uint64, sent time.Time, lease time.Duration) bool {
 	c := h.c
 	h.token, h.start, h.count = token, time.Now(), 1
 	h.mu.Lock()
@@ -121,22 +121,11 @@ func (h *hold) granted(token uint64, sent time.Time, lease, claim time.Duration)
 	period := c.cfg.watchdog / 3
 	if lease <= 0 {
 		ttl := c.cfg.watchdog
-		if claim > 0 {
-			ttl = min(ttl, claim)
-			period = min(period, claim/2)
-		}
 		h.validUntil = sent.Add(ttl - driftMargin(ttl))
 		h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), TTL: c.cfg.watchdog, Holder: h}
 	} else {
 		h.lease, h.until = lease, sent.Add(lease)
 		h.validUntil = h.until.Add(-driftMargin(lease))
-		if claim > 0 && claim < lease {
-			// Redis has the hold for the claim window only, until the one
-			// extension to the lease the caller asked for succeeds.
-			h.validUntil = sent.Add(claim - driftMargin(claim))
-			h.renewal = renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), Until: h.until, Holder: h}
-			period = claim / 2
-		}
 	}
 	if h.p.renewKind() == 'r' {
 		h.renewal.Set = h.ks.Readers

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // Close ends the holds it releases as losses: a WithLock function still
@@ -133,15 +135,16 @@ func TestUnlockWithHiddenHoldKeepsRenewing(t *testing.T) {
 	mustUnlock(t, m)
 }
 
-// A fixed-lease hold that arrives by hand-off is only as safe as the claim
-// window Redis gave it until the extension to the full lease succeeds: with
-// Redis unreachable, the holder is told at the end of the claim, not of the
-// lease, and without waiting for the hanging renewal call.
-func TestHandoffFixedLeaseTrustsOnlyTheClaim(t *testing.T) {
+// A hand-off is only a wake-up: the waiter's own attempt confirms it, and
+// that attempt gives the hold in Redis the lease the caller asked for, so
+// the deadline the holder trusts is Redis's, not the claim window's. A
+// waiter that comes too late for its claim does not get the lock.
+func TestHandoffConfirmedWithTheFullLease(t *testing.T) {
 	r := testenvRedis(t)
 	a := newClient(t, r, WithHandoffClaim(300*time.Millisecond))
 	b := newClient(t, r)
 	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
 	h := a.Mutex("handoff-lease")
 	mustLock(t, h)
 	w := b.Mutex("handoff-lease")
@@ -153,25 +156,35 @@ func TestHandoffFixedLeaseTrustsOnlyTheClaim(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return n == 1 })
 	mustUnlock(t, h)
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Pause(); err != nil {
+	if ttl := rdb.PTTL(ctx, "handoff-lease").Val(); ttl < 7*time.Second {
+		t.Fatalf("the handed-off hold has %v in Redis, want the 8s lease", ttl)
+	}
+	if last, err := rdb.Get(ctx, w.ks.Fence).Uint64(); err != nil || w.Token() != last {
+		t.Fatalf("token %d, Redis's counter %d (%v)", w.Token(), last, err)
+	}
+	mustUnlock(t, w)
+
+	// A waiter that never confirms (its process died, its message was
+	// lost) holds the hand-off for the claim window only.
+	mustLock(t, h)
+	late := w.testHold()
+	entry := keys.QueueEntry(1, 8000, late.field())
+	if _, err := late.attemptRaw(ctx, 8*time.Second, 0, entry, false); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Resume()
-	start := time.Now()
-	select {
-	case <-w.Done():
-		if !errors.Is(w.Err(), ErrLockLost) {
-			t.Fatalf("Err = %v", w.Err())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("holder trusted the full 8s lease while Redis had only the 300ms claim")
+	mustUnlock(t, h) // hands the lock to the entry, for the 300ms claim
+	if owner := rdb.HKeys(ctx, "handoff-lease").Val(); len(owner) != 1 || owner[0] != late.field() {
+		t.Fatalf("not handed to the queued entry: %v", owner)
 	}
-	t.Logf("told after %v", time.Since(start))
+	time.Sleep(400 * time.Millisecond)
+	if n := rdb.Exists(ctx, "handoff-lease").Val(); n != 0 {
+		t.Fatal("an unclaimed hand-off outlived its claim window")
+	}
 }
 
 // Close keeps to its budget when Redis does not answer: it does not wait for

@@ -155,7 +155,7 @@ func TestSlowGrantIsNotAFalseLoss(t *testing.T) {
 	}
 	// The reply arrived 0.7 of the watchdog after the request was sent.
 	sent := time.Now().Add(-7 * wd / 10)
-	if !h.granted(uint64(res.v[2]), sent, 0, 0) {
+	if !h.granted(uint64(res.v[2]), sent, 0) {
 		t.Fatal("client closed")
 	}
 	m.occupy(h)

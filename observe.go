@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/notify"
 )
 
-var (
-	redisNil     = redis.Nil
-	errHubClosed = notify.ErrClosed
-)
+var errHubClosed = notify.ErrClosed
 
 func (c *Client) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
 	var fs []func(Acquisition)

@@ -38,7 +38,7 @@ const semMismatch = -3
 //
 // Waiting is event-driven, with the Mutex's direct hand-off: a waiter queues
 // itself, and a release gives the freed permit straight to the first queued
-// waiter and tells only that waiter's process. A released permit wakes one
+// waiter and wakes only that waiter's process. A released permit wakes one
 // waiter, not all of them.
 //
 // The number of permits is fixed while the semaphore has holders or queued
@@ -184,10 +184,10 @@ func (a *semWait) run(ctx, waitCtx context.Context) (*Permit, error) {
 	for {
 		select {
 		case <-a.w.C:
+			// A message only wakes us (anyone may publish one); the attempt
+			// below tells whether a permit was handed to us.
 			ev := a.w.Take()
 			switch {
-			case ev.Granted:
-				return a.grant(ctx, time.Now(), ev.TTL)
 			case ev.Closed:
 				a.giveUp()
 				return nil, ErrClosed
@@ -200,10 +200,7 @@ func (a *semWait) run(ctx, waitCtx context.Context) (*Permit, error) {
 				a.giveUp() // sem_leave.lua passes on a permit handed to us meanwhile
 				return nil, context.Cause(ctx)
 			}
-			if ev := a.w.Take(); ev.Granted {
-				return a.grant(ctx, time.Now(), ev.TTL)
-			}
-			a.giveUp()
+			a.giveUp() // sem_leave.lua passes on a permit handed to us meanwhile
 			return nil, a.timeout()
 		}
 		if r, sent, left, err = a.try(waitCtx); err != nil {

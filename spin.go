@@ -32,11 +32,7 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 			return a.failed(ctx, err, left)
 		}
 		if r.v[0] == 1 {
-			var claim time.Duration
-			if a.q.registered && a.h.p.handsOff() {
-				claim = c.cfg.claim // may be a hand-off, valid for the claim window
-			}
-			return a.grant(ctx, uint64(r.v[2]), sent, claim)
+			return a.grant(ctx, uint64(r.v[2]), sent)
 		}
 		if !a.canWait {
 			return false, nil

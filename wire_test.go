@@ -36,7 +36,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	// The hand-off message and the queue entry, in lib.lua's hand_off and
 	// in release.lua's inline copy of its common case.
 	if !strings.Contains(lib, "ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)") {
-		t.Error("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.ParseHandoff)")
+		t.Error("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.HandoffTicket)")
 	}
 	if !strings.Contains(lib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
 		t.Error("lib.lua does not read queue entries as \"<ticket> <ttl ms> <owner>\" (keys.QueueEntry)")
@@ -50,7 +50,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 		`string.match(field, '^(.*):')`,
 	} {
 		if !strings.Contains(luaRelease, want) {
-			t.Errorf("release.lua's inline hand-off lacks %q (lib.lua's hand_off, keys.QueueEntry, keys.ParseHandoff)", want)
+			t.Errorf("release.lua's inline hand-off lacks %q (lib.lua's hand_off, keys.QueueEntry, keys.HandoffTicket)", want)
 		}
 	}
 	// Redisson's channel, as release.lua's common case builds it inline.

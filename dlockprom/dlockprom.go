@@ -35,14 +35,14 @@
 // A renewal that fails is retried by the watchdog; a lock is lost only when
 // it cannot be confirmed within its TTL, which dlock_lost_total counts.
 //
-// # Reserved
+// # The fallback tier
 //
-// The Resilient locker (Redis first, a SQL named lock behind a circuit
-// breaker) does not exist yet. When it does, this package will add
-// dlock_fallback_total{tier} (acquisitions served by a fallback tier) and
-// dlock_breaker_state{backend} (0 closed, 1 half-open, 2 open), registered
-// by New on the same Registerer. They are deliberately not registered
-// before there is something to count.
+// With dlock.WithFallback (Redis first, a SQL named lock behind a circuit
+// breaker), dlock_backend_grants_total{backend} counts grants by the tier
+// that made them (redis, mysql, postgres), dlock_fallbacks_total{backend,
+// reason} the calls that turned to the fallback by the class of Redis
+// failure (dlock.FallbackReason), and dlock_breaker_state the breaker (0
+// closed, 1 half-open, 2 open).
 package dlockprom
 
 import (

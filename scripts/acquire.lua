@@ -22,8 +22,9 @@
 -- the script reports the hold instead of counting it twice.
 --
 -- The common cases come first, before lib.lua's helpers are defined: a free
--- lock taken by a caller that does not queue, and a lock held by another
--- owner (a waiter's attempt). PTTL answers both "is it free" and, when it is
+-- lock taken by a caller that does not queue, a lock held by another owner
+-- (a waiter's attempt), and a lock handed to the caller (a woken waiter's
+-- attempt). PTTL answers both "is it free" and, when it is
 -- not, "for how long".
 local ttl = redis.call('pttl', KEYS[1])
 local taken = false
@@ -57,25 +58,27 @@ if ttl ~= -2 and not cnt and ARGV[3] == '0' then
   enqueue()
   return -3 - ttl
 end
+if cnt and ARGV[3] == '0' then
+  -- A hand-off (its message only woke the caller: this reply is the grant),
+  -- or our own earlier call, resent. A hand-off's TTL is only the claim
+  -- window: give the hold the TTL the caller will count on. Drop any entry
+  -- of ours a resent call queued. Nobody else takes a token while we hold,
+  -- so the counter is our token.
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  if entry ~= '' then redis.call('lrem', KEYS[3], 0, entry) end
+  return tonumber(redis.call('get', KEYS[2]) or '0')
+end
 --[[lib.lua]]
 if taken then return issue_token(ARGV[4]) end
 local expected = tonumber(ARGV[3])
 if cnt then
   cnt = tonumber(cnt)
-  if cnt == expected and expected > 0 then
+  if cnt == expected then
     cnt = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
       redis.call('pexpire', KEYS[1], ARGV[2])
     end
     return cnt
-  end
-  if expected == 0 then
-    -- Our own earlier call, resent, or a hand-off whose message we missed.
-    -- A hand-off's TTL is only the claim window: give the hold the TTL the
-    -- caller will count on. Drop any entry of ours a resent call queued.
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    if entry ~= '' then redis.call('lrem', KEYS[3], 0, entry) end
-    return tonumber(redis.call('get', KEYS[2]) or '0')
   end
   return cnt
 end

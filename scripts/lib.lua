@@ -82,7 +82,8 @@ end
 
 -- hand_off passes the lock straight to the first valid waiter in the queue:
 -- the hash is rewritten to its field with the claim window as TTL, a new
--- token is issued and the waiter's process is told on its client channel.
+-- token is issued and the waiter's process is woken on its client channel
+-- (the waiter's next attempt confirms the grant: a message proves nothing).
 -- e, when given, is an entry the caller already popped from the queue's head.
 -- When the first entry is self (the caller's own entry), it is popped and
 -- left to the caller. Returns 1 when handed to another waiter, 2 when self was

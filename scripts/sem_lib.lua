@@ -31,7 +31,7 @@ end
 -- grant_queued gives free permits to queued waiters, first first: each gets
 -- its permit for the claim window (a waiter that died before its turn must
 -- not keep it for a whole lease; a live one extends it as soon as it runs)
--- and its client is told on its client channel. Only as many waiters as
+-- and its client is woken on its client channel (its next attempt confirms). Only as many waiters as
 -- there are free permits are told: a release wakes one waiter. held is the
 -- number of permits held. Returns whether it reached self (the caller's own
 -- entry, which it leaves to the caller), the number held afterwards, and

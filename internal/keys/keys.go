@@ -180,18 +180,16 @@ func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok boo
 	return t, ttl, parts[2], true
 }
 
-// ParseHandoff reads a hand-off message, "<ticket> <token> <ttl ms>", which
-// lib.lua's hand_off publishes on the new holder's client channel.
-func ParseHandoff(msg string) (ticket, token uint64, ttlMs int64, ok bool) {
-	f := strings.Fields(msg)
-	if len(f) != 3 {
-		return 0, 0, 0, false
+// HandoffTicket reads the ticket from a hand-off message, "<ticket> <token>
+// <ttl ms>" as lib.lua's hand_off publishes it on the new holder's client
+// channel (the semaphore's carries token 0). Only the ticket is read: the
+// message says which waiter to wake, and nothing in it is trusted, since
+// anyone who may PUBLISH can send it. The waiter learns its token and TTL
+// from its own attempt in Redis.
+func HandoffTicket(msg string) (ticket uint64, ok bool) {
+	if i := strings.IndexByte(msg, ' '); i >= 0 {
+		msg = msg[:i]
 	}
-	t, err1 := strconv.ParseUint(f[0], 10, 64)
-	tok, err2 := strconv.ParseUint(f[1], 10, 64)
-	ttl, err3 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return 0, 0, 0, false
-	}
-	return t, tok, ttl, true
+	t, err := strconv.ParseUint(msg, 10, 64)
+	return t, err == nil
 }

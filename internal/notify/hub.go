@@ -2,10 +2,15 @@
 // Client, shared by every goroutine that waits for a lock.
 //
 // Two kinds of channel are subscribed. Each Client has its own channel, on
-// which a releasing script hands the lock straight to one registered waiter
-// ("<ticket> <token>"). Each lock name has Redisson's release channel, on which
-// "0" means the lock became free (wake one local waiter to retry) and "1" means
-// read holds ended (wake all). Lock channels are reference counted and stay
+// which a releasing script that handed the lock straight to one registered
+// waiter tells it so ("<ticket> ..."). Each lock name has Redisson's release
+// channel, on which "0" means the lock became free (wake one local waiter to
+// retry) and "1" means read holds ended (wake all).
+//
+// Every message is a wake-up and nothing more: the woken waiter's next
+// attempt in Redis tells whether it holds. Anyone who may PUBLISH on the
+// same Redis can send any message on these channels; the worst a message can
+// do is cost one waiter one attempt. Lock channels are reference counted and stay
 // subscribed for a short linger after their last waiter leaves, so that a
 // process that waits on the same hot lock again and again does not pay a
 // SUBSCRIBE and an UNSUBSCRIBE each time.
@@ -303,7 +308,7 @@ func (h *Hub) Close() error {
 		}
 	}
 	for _, w := range h.tickets {
-		w.signal(func(w *Waiter) { w.closed = true })
+		w.close()
 	}
 	ps, done, subDone := h.ps, h.readerDone, h.subDone
 	h.mu.Unlock()
@@ -385,14 +390,14 @@ func (h *Hub) confirmed(name string, again bool) {
 			// A hand-off may have been lost while the connection was down:
 			// every waiter re-checks.
 			for _, w := range h.tickets {
-				w.signal(func(w *Waiter) { w.retry = true })
+				w.wake()
 			}
 			restored = true
 		}
 	} else if ch := h.chans[name]; ch != nil {
 		if ch.confirmed || again {
 			for _, w := range ch.waiters {
-				w.signal(func(w *Waiter) { w.retry = true })
+				w.wake()
 			}
 		}
 		ch.confirmed = true
@@ -407,14 +412,13 @@ func (h *Hub) dispatch(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if name == h.clientChannel {
-		ticket, token, ttl, ok := keys.ParseHandoff(payload)
-		if !ok {
-			return
-		}
-		if w := h.tickets[ticket]; w != nil {
-			w.signal(func(w *Waiter) {
-				w.granted, w.token, w.ttl = true, token, time.Duration(ttl)*time.Millisecond
-			})
+		// A hand-off to one of our tickets, or so it claims: the waiter
+		// confirms it in Redis with its next attempt. A forged message
+		// costs that waiter one attempt, and grants nothing.
+		if ticket, ok := keys.HandoffTicket(payload); ok {
+			if w := h.tickets[ticket]; w != nil {
+				w.wake()
+			}
 		}
 		return
 	}
@@ -430,7 +434,7 @@ func (h *Hub) dispatch(name, payload string) {
 				continue
 			}
 			exclusive = true
-			if w.signal(func(w *Waiter) { w.retry = true }) {
+			if w.wake() {
 				return
 			}
 		}
@@ -439,11 +443,11 @@ func (h *Hub) dispatch(name, payload string) {
 		}
 		// Only waiters that share: they may all proceed together.
 		for _, w := range ch.waiters {
-			w.signal(func(w *Waiter) { w.retry = true })
+			w.wake()
 		}
 	case "1": // read holds released: every local waiter may proceed
 		for _, w := range ch.waiters {
-			w.signal(func(w *Waiter) { w.retry = true })
+			w.wake()
 		}
 	}
 }

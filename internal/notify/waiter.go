@@ -1,12 +1,14 @@
 package notify
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // Waiter is one goroutine's registration with a Hub. Its owner goroutine
 // receives from C and then calls Take; the Hub sets its state.
+//
+// A Waiter is only ever woken: no message makes it a holder. Whatever a
+// message says (a hand-off to its ticket, a release on its lock's channel),
+// the waiter's next attempt in Redis decides, since anyone who may PUBLISH
+// on the same Redis can send any message.
 type Waiter struct {
 	// Ticket identifies the waiter in hand-off messages; unique per Hub.
 	Ticket uint64
@@ -17,48 +19,53 @@ type Waiter struct {
 	shared  bool // a reader: see JoinShared
 	left    bool // guarded by the Hub's mu
 
-	mu      sync.Mutex
-	granted bool
-	token   uint64
-	ttl     time.Duration
-	retry   bool
-	closed  bool
+	mu     sync.Mutex
+	retry  bool
+	closed bool
 }
 
 // Event is what happened to a waiter since the last Take.
 type Event struct {
-	Granted bool          // the lock was handed to this waiter
-	Token   uint64        // its fencing token, when Granted
-	TTL     time.Duration // the TTL Redis gave the hand-off, when Granted
-	Retry   bool          // the lock may be free: try again
-	Closed  bool          // the Hub was closed
+	Retry  bool // the lock may be free, or handed to the waiter: try again
+	Closed bool // the Hub was closed
 }
 
 // Take returns and clears what happened since the last call.
 func (w *Waiter) Take() Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := Event{Granted: w.granted, Token: w.token, TTL: w.ttl, Retry: w.retry, Closed: w.closed}
-	w.granted, w.retry = false, false
+	e := Event{Retry: w.retry, Closed: w.closed}
+	w.retry = false
 	return e
 }
 
-// signal applies set and pings C. It reports false, changing nothing, when
-// the waiter already has a retry pending, so that a "wake one" message
-// moves on to a waiter that has not been woken yet.
-func (w *Waiter) signal(set func(*Waiter)) bool {
+// wake asks the waiter to try again. It reports false, changing nothing,
+// when a retry is already pending, so that a "wake one" message moves on to
+// a waiter that has not been woken yet, and a flood of messages costs the
+// waiter one attempt per Take, not one per message.
+func (w *Waiter) wake() bool {
 	w.mu.Lock()
-	pending := w.retry || w.granted
-	granted, closed := w.granted, w.closed
-	set(w)
-	changed := w.granted != granted || w.closed != closed || (!pending && w.retry)
+	pending := w.retry
+	w.retry = true
 	w.mu.Unlock()
-	if !changed {
+	if pending {
 		return false
 	}
+	w.ping()
+	return true
+}
+
+// close marks the waiter's Hub closed and wakes it.
+func (w *Waiter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.ping()
+}
+
+func (w *Waiter) ping() {
 	select {
 	case w.C <- struct{}{}:
 	default:
 	}
-	return true
 }
