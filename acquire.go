@@ -13,7 +13,8 @@ import (
 // lockRequest is one lock call's wait and lease.
 type lockRequest struct {
 	wait, lease time.Duration
-	forever     bool // Lock: wait as long as ctx allows
+	forever     bool          // Lock: wait as long as ctx allows
+	maxHold     time.Duration // 0: the Client's WithMaxHold; < 0: unbounded
 }
 
 // lock is every lock call of a handle: a re-entry when ctx carries a hold of
@@ -64,6 +65,10 @@ func (hd *handle) lock(ctx context.Context, req lockRequest) (h *hold, err error
 	}
 	h = newHold(hd, under)
 	h.parent = ctx
+	h.maxHold = req.maxHold
+	if h.maxHold == 0 {
+		h.maxHold = c.cfg.maxHold
+	}
 	a := acquisition{h: h, lease: req.lease, canWait: canWait, ttl: req.lease}
 	if req.lease <= 0 {
 		a.ttl = c.cfg.watchdog
@@ -324,15 +329,8 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (
 func (h *hold) confirm(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	sent := time.Now()
 	code, _, err := roundTrip(h.c, ctx, func(ctx context.Context) (int64, error) {
-		e := renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), Holder: h}
-		if e.Kind == 'r' {
-			e.Set = h.ks.Readers
-		}
-		codes, err := h.c.renewBatch(ctx, []*renew.Entry{&e}, []int64{ms(ttl)})
-		if err != nil {
-			return 0, err
-		}
-		return codes[0], nil
+		code, _, err := h.renewOnce(ctx, ttl)
+		return code, err
 	}, nil)
 	switch {
 	case err != nil:

@@ -40,8 +40,9 @@ type Client struct {
 
 	background tasks // detached calls and cleanups, for Close
 
-	mu    sync.Mutex
-	holds map[*hold]struct{} // every live hold, for Close
+	mu     sync.Mutex
+	holds  map[*hold]struct{}            // every live hold, for Close
+	byLock map[string]map[*hold]struct{} // the same, by lock key, for forced (push of ForceUnlock)
 
 	others map[closer]struct{} // live permits and observers, for Close; guarded by mu
 }
@@ -73,10 +74,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cfg.clientID = defaultClientID()
 	}
 	c := &Client{
-		rdb:   rdb,
-		cfg:   cfg,
-		id:    cfg.clientID,
-		holds: make(map[*hold]struct{}),
+		rdb:    rdb,
+		cfg:    cfg,
+		id:     cfg.clientID,
+		holds:  make(map[*hold]struct{}),
+		byLock: make(map[string]map[*hold]struct{}),
 		arg: scriptArgs{
 			watchdogMs:   ms(cfg.watchdog),
 			queueTTLMs:   ms(4 * cfg.recheck),
@@ -92,6 +94,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Linger:        cfg.linger,
 		ReadyTimeout:  cfg.recheck,
 		CloseWait:     cfg.closeTimeout,
+		Forced:        c.forced,
 		Log:           cfg.logger,
 	})
 	var slot func(string) uint16
@@ -209,12 +212,24 @@ func (c *Client) track(h *hold) bool {
 		return false
 	}
 	c.holds[h] = struct{}{}
+	byLock := c.byLock[h.ks.Lock]
+	if byLock == nil {
+		byLock = make(map[*hold]struct{}, 1)
+		c.byLock[h.ks.Lock] = byLock
+	}
+	byLock[h] = struct{}{}
 	return true
 }
 
 func (c *Client) untrack(h *hold) {
 	c.mu.Lock()
 	delete(c.holds, h)
+	if byLock := c.byLock[h.ks.Lock]; byLock != nil {
+		delete(byLock, h)
+		if len(byLock) == 0 {
+			delete(c.byLock, h.ks.Lock)
+		}
+	}
 	c.mu.Unlock()
 }
 

@@ -143,6 +143,14 @@
 //
 // # What is not guaranteed
 //
+// The watchdog renews a hold for as long as its process runs, stuck or not:
+// bound it with MaxHold (per WithLock call) or WithMaxHold (per Client).
+// After that bound the holder is told (ErrMaxHold) while Redis still holds
+// the lock, renewal stops, and the lock expires within a watchdog timeout
+// unless released first. ForceUnlock tells the evicted holders at once
+// through their Client's channel; one whose message is lost learns at its
+// next renewal.
+//
 // A lease lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past
 // its TTL from carrying on after the lock went to someone else: the loss
 // signal fires when the process runs again, which may be too late. Use the

@@ -107,7 +107,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if holdFrom(ctx, e.c, e.ks.Lock) != nil {
 		return nil, fmt.Errorf("%w: ctx already leads the election %q", ErrInvalidArgument, e.name)
 	}
-	h, err := e.m.lock(ctx, lockRequest{forever: true})
+	h, err := e.m.lock(ctx, lockRequest{forever: true, maxHold: -1})
 	if err != nil {
 		return nil, err
 	}

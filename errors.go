@@ -75,6 +75,10 @@ var (
 	ErrRenewRefused = errors.New("redis refused the renewal")
 	// ErrLeaseEnded: a fixed lease (lease > 0) ran out.
 	ErrLeaseEnded = errors.New("the lease ended")
+	// ErrMaxHold: the hold reached its MaxHold (or the Client's
+	// WithMaxHold): the watchdog stopped renewing it, and the lock expires
+	// in Redis within a watchdog timeout unless released first.
+	ErrMaxHold = errors.New("the hold reached its MaxHold")
 )
 
 // LossError says why a hold ended without Unlock. It matches ErrLockLost and
@@ -82,7 +86,7 @@ var (
 // Unwrap. A LossError is immutable; safe for concurrent use.
 type LossError struct {
 	Name   string // the lock name
-	Reason error  // ErrUnconfirmed, ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed or ErrLeaseEnded
+	Reason error  // ErrUnconfirmed, ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded or ErrMaxHold
 	Err    error  // the underlying error, or nil
 }
 

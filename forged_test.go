@@ -126,6 +126,11 @@ func (a *attacker) volley(t *testing.T, ctx context.Context) {
 			}
 		}
 	}
+	for cid := range cids {
+		for _, k := range all {
+			pub(keys.ClientChannelPrefix+cid, keys.ForcedMessage(k))
+		}
+	}
 	for _, ch := range chans {
 		b := make([]byte, 1+a.rng.IntN(64))
 		for i := range b {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,9 @@ type hold struct {
 	start time.Time
 	lease time.Duration // > 0: a fixed lease, never renewed past until
 	until time.Time     // the fixed lease's end
+	// maxHold > 0 ends the hold at maxUntil (MaxHold, WithMaxHold).
+	maxHold  time.Duration
+	maxUntil time.Time
 
 	renewal  renew.Entry
 	renewing bool // renewal is registered with the watchdog
@@ -49,6 +53,8 @@ type hold struct {
 	// serial admits one re-entry or release call at a time: each sends the
 	// count it expects, which must not be read twice.
 	serial gate
+	// rechecking: a recheck (forced.go) is in flight.
+	rechecking atomic.Bool
 
 	// The local deadline's place in the Client's deadlines (guarded by
 	// their lock).
@@ -133,13 +139,21 @@ func (h *hold) granted(token uint64, sent time.Time, lease time.Duration) bool {
 	if !c.track(h) {
 		return false
 	}
+	if c.cfg.spinMin == 0 {
+		// Listen on the client channel for a ForceUnlock's news (no-op
+		// after the first hold; never blocks).
+		c.hub.Listen()
+	}
 	if h.renewal.Holder != nil {
 		h.renewing = true
 		// Counted from sent, like the TTL: a slow grant must not push the
 		// first renewal past the hold's validity.
 		c.renewer.Add(&h.renewal, sent.Add(period))
 	}
-	c.deadlines.add(h, h.validUntil)
+	if h.maxHold > 0 {
+		h.maxUntil = sent.Add(h.maxHold)
+	}
+	c.deadlines.add(h, h.deadline())
 	return true
 }
 
@@ -168,6 +182,15 @@ func (h *hold) Failed(err error) {
 	h.mu.Unlock()
 }
 
+// deadline is when checkDeadline must next run: the end of the hold's
+// validity, or its MaxHold if that comes first. The caller holds h.mu.
+func (h *hold) deadline() time.Time {
+	if h.maxHold > 0 && h.maxUntil.Before(h.validUntil) {
+		return h.maxUntil
+	}
+	return h.validUntil
+}
+
 // checkDeadline runs when the local deadline passes: unless renewal has moved
 // it meanwhile, the hold can no longer be vouched for.
 func (h *hold) checkDeadline() {
@@ -176,8 +199,9 @@ func (h *hold) checkDeadline() {
 		h.mu.Unlock()
 		return
 	}
-	if time.Until(h.validUntil) > 0 {
-		h.c.deadlines.add(h, h.validUntil) // renewed meanwhile
+	maxed := h.maxHold > 0 && time.Until(h.maxUntil) <= 0
+	if !maxed && time.Until(h.validUntil) > 0 {
+		h.c.deadlines.add(h, h.deadline()) // renewed meanwhile
 		h.mu.Unlock()
 		return
 	}
@@ -185,6 +209,10 @@ func (h *hold) checkDeadline() {
 	renewErr := h.renewErr
 	h.mu.Unlock()
 	switch {
+	case maxed:
+		// Alive but past its bound: renewal stops with the loss, and Redis
+		// keeps the lock until its TTL, time for the holder to stop.
+		h.lose(lossError(h.name, ErrMaxHold, nil))
 	case leaseOver:
 		h.lose(lossError(h.name, ErrLeaseEnded, nil))
 	case renewErr != nil && isRedisError(renewErr):

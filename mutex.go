@@ -137,8 +137,10 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx) }
 
 // ForceUnlock releases the lock whoever holds it, handing it to the next
 // queued waiter or waking Redisson-style waiters, and reports whether it was
-// held. Holders learn of it at their next renewal, with a loss wrapping
-// ErrForced.
+// held. Holders are told at once, with a loss wrapping ErrForced: the
+// script sends each evicted owner's Client a message, on which it asks Redis
+// (a Client whose message is lost, or that uses WithSpin, learns at its next
+// renewal instead).
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	return forceUnlock(ctx, &m.handle)
 }

@@ -22,6 +22,7 @@ type config struct {
 	cleanupTimeout time.Duration // bounds each detached cleanup
 	replicas       int           // > 0: WithReplicaAck
 	replicaTimeout time.Duration
+	maxHold        time.Duration // > 0: WithMaxHold
 	spinMin        time.Duration // > 0: spin mode
 	spinMax        time.Duration
 	fallback       Fallback // WithFallback
@@ -38,6 +39,20 @@ func defaultConfig() config {
 		fenceTTL:       24 * time.Hour,
 		closeTimeout:   5 * time.Second,
 		cleanupTimeout: 5 * time.Second,
+	}
+}
+
+// WithMaxHold sets how long any lock hold of the Client may last (see
+// MaxHold, which overrides it per WithLock call); 0, the default, leaves
+// holds unbounded. Elections are not bounded by it: a leader leads until it
+// resigns or is lost. d must not be negative.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: max hold %v is negative", ErrInvalidArgument, d)
+		}
+		c.maxHold = d
+		return nil
 	}
 }
 

@@ -181,8 +181,8 @@ func (h *hold) settle(r reply, err error, final, renewing bool) error {
 	if final && lost == nil {
 		// Redis had more holds than we knew (a re-entry whose reply was
 		// lost): the hold goes on, so must its deadline and renewal.
-		h.c.deadlines.add(h, h.validUntil)
 		h.mu.Lock()
+		h.c.deadlines.add(h, h.deadline())
 		h.renewing = renewing
 		h.mu.Unlock()
 		if renewing {

@@ -15,6 +15,7 @@ type lockConfig struct {
 	lease      time.Duration
 	kind       Kind   // KindMutex unless Fair, Read or Write
 	tokenFloor uint64 // TokenFloor
+	maxHold    time.Duration
 }
 
 func (c *lockConfig) setKind(k Kind) error {
@@ -39,6 +40,23 @@ func Read() LockOption { return func(c *lockConfig) error { return c.setKind(Kin
 // RWMutex holders of the same name: use the same kind for one name.)
 func Write() LockOption { return func(c *lockConfig) error { return c.setKind(KindWrite) } }
 
+// MaxHold bounds a hold's life: d after the grant the watchdog stops
+// renewing it and the holder is told (fn's context is cancelled with a
+// loss wrapping ErrMaxHold) while Redis still holds the lock for at least
+// two thirds of a watchdog timeout; unless released meanwhile, the lock
+// then expires. It is for holders that are alive but stuck, which the
+// watchdog would otherwise keep renewing for ever. It overrides the
+// Client's WithMaxHold; d must be > 0.
+func MaxHold(d time.Duration) LockOption {
+	return func(c *lockConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: MaxHold %v is not positive", ErrInvalidArgument, d)
+		}
+		c.maxHold = d
+		return nil
+	}
+}
+
 // LockSettings is what a list of LockOptions comes to: the wait, the lease
 // and the lock kind WithLock uses. See ResolveLockOptions.
 type LockSettings struct {
@@ -48,6 +66,9 @@ type LockSettings struct {
 	// TokenFloor is a fencing token the grant's token must exceed (see
 	// TokenFloor); 0 when none was given.
 	TokenFloor uint64
+	// MaxHold bounds how long the hold may last (see MaxHold); 0: the
+	// Client's default (WithMaxHold).
+	MaxHold time.Duration
 }
 
 // ResolveLockOptions applies opts to WithLock's defaults (DefaultWaitTime,
@@ -65,7 +86,7 @@ func ResolveLockOptions(opts ...LockOption) (LockSettings, error) {
 			return LockSettings{}, err
 		}
 	}
-	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind, TokenFloor: cfg.tokenFloor}, nil
+	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind, TokenFloor: cfg.tokenFloor, MaxHold: cfg.maxHold}, nil
 }
 
 // TokenFloor asks a Fallback tier to issue a fencing token above floor, so
@@ -156,7 +177,7 @@ func (c *Client) withRedisLock(ctx context.Context, name string, fn func(context
 	default:
 		hd.init(c, name, protoMutex)
 	}
-	h, err := hd.lock(ctx, lockRequest{wait: set.Wait, lease: set.Lease})
+	h, err := hd.lock(ctx, lockRequest{wait: set.Wait, lease: set.Lease, maxHold: set.MaxHold})
 	if err != nil {
 		return err
 	}

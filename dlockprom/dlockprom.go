@@ -71,6 +71,7 @@ type Metrics struct {
 	holdDuration    *prometheus.HistogramVec
 	held            *prometheus.GaugeVec
 	lost            *prometheus.CounterVec
+	maxHold         *prometheus.CounterVec
 	renewals        prometheus.Counter
 	renewalFailures prometheus.Counter
 	backendGrants   *prometheus.CounterVec
@@ -222,7 +223,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: name("held"), Help: "Locks currently held through the observed clients, by lock kind.", ConstLabels: cfg.constLabels,
 		}, kind),
-		lost: counter("lost_total", "Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired."),
+		lost:    counter("lost_total", "Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired."),
+		maxHold: counter("max_hold_exceeded_total", "Holds ended by their MaxHold (dlock.MaxHold, dlock.WithMaxHold): alive but held too long; a subset of lost_total."),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: name("renewals_total"), Help: "Locks carried by watchdog renewal calls.", ConstLabels: cfg.constLabels,
 		}),
@@ -240,7 +242,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: name("breaker_state"), Help: "The fallback circuit breaker: 0 closed (Redis in use), 1 half-open (probing), 2 open (fallback).", ConstLabels: cfg.constLabels,
 	})
 	cs := []prometheus.Collector{m.attempts, m.acquired, m.waitTimeouts, m.acquireErrors,
-		m.waitDuration, m.holdDuration, m.held, m.lost, m.renewals, m.renewalFailures,
+		m.waitDuration, m.holdDuration, m.held, m.lost, m.maxHold, m.renewals, m.renewalFailures,
 		m.backendGrants, m.fallbacks, m.breakerState}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -312,9 +314,12 @@ func (m *Metrics) release(r dlock.Release) {
 
 // Lost implements dlock.Observer: it counts the loss and lowers dlock_held.
 // Safe for concurrent use.
-func (m *Metrics) Lost(kind dlock.Kind, _ string, _ error) {
+func (m *Metrics) Lost(kind dlock.Kind, _ string, err error) {
 	k := string(kind)
 	m.lost.WithLabelValues(k).Inc()
+	if errors.Is(err, dlock.ErrMaxHold) {
+		m.maxHold.WithLabelValues(k).Inc()
+	}
 	m.held.WithLabelValues(k).Dec()
 }
 

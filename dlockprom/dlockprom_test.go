@@ -320,3 +320,41 @@ func TestNoNameLabels(t *testing.T) {
 		}
 	}
 }
+
+// A hold ended by its MaxHold counts in max_hold_exceeded_total as well as
+// in lost_total; a loss of another kind counts only in lost_total.
+func TestMaxHoldExceeded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, dlock.WithObserver(m), dlock.WithMaxHold(100*time.Millisecond))
+	ctx := ctxT(t)
+	l := c.Mutex("prom-maxhold")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("MaxHold did not end the hold")
+	}
+	eventually(t, reg, "dlock_max_hold_exceeded_total", 1)
+	eventually(t, reg, "dlock_lost_total", 1)
+	_ = l.Unlock(ctx)
+
+	f := c.Mutex("prom-forced")
+	if err := f.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := newClient(t).Mutex("prom-forced").ForceUnlock(ctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	<-f.Done()
+	eventually(t, reg, "dlock_lost_total", 2)
+	if v := value(t, reg, "dlock_max_hold_exceeded_total"); v != 1 {
+		t.Fatalf("a forced loss counted as MaxHold: %v", v)
+	}
+	_ = f.Unlock(ctx)
+}

@@ -21,10 +21,12 @@ it over (the release hands the lock straight to the first queued waiter) or
 nobody was waiting. It reads the lock before and after the release (two
 MULTIs) to tell.
 
-This is for locks left behind by a stuck process. The holder is not asked: it
-learns that it lost the lock at its next renewal (within a third of its TTL)
-and, if it uses dlock's loss signal, stops; until then two processes may both
-believe they hold it. Hence --force is required.
+This is for locks left behind by a stuck process. The holder is not asked: a
+dlock holder is told at once (the release sends its client a message, on
+which it checks Redis; about a millisecond on one host) or, if that message
+is lost, at its next renewal (within a third of its TTL), and, if it uses
+dlock's loss signal, stops; until then two processes may both believe they
+hold it. Hence --force is required.
 
 Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 69 Redis unreachable, 1 other failures (NAME is not a lock).`,

@@ -193,3 +193,17 @@ func HandoffTicket(msg string) (ticket uint64, ok bool) {
 	t, err := strconv.ParseUint(msg, 10, 64)
 	return t, err == nil
 }
+
+// ForcedMessage is what force.lua publishes on the client channel of each
+// owner it evicted from lockKey: "forced <lock key>". It is only a hint to
+// check Redis at once rather than at the next renewal, since anyone who may
+// PUBLISH can send it.
+func ForcedMessage(lockKey string) string { return forcedPrefix + lockKey }
+
+const forcedPrefix = "forced "
+
+// ParseForcedMessage reverses ForcedMessage.
+func ParseForcedMessage(msg string) (lockKey string, ok bool) {
+	lockKey, ok = strings.CutPrefix(msg, forcedPrefix)
+	return lockKey, ok && lockKey != ""
+}

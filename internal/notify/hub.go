@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,9 +43,12 @@ type Hub struct {
 	log           *slog.Logger
 	clientChannel string
 	linger        time.Duration
+	forced        func(lockKey string)
+
+	listening atomic.Bool // ps is open: Listen's fast path
 
 	mu          sync.Mutex
-	ps          *redis.PubSub // nil until the first Join
+	ps          *redis.PubSub // nil until the first Join or Listen
 	chans       map[string]*channel
 	tickets     map[uint64]*Waiter
 	nextTicket  uint64
@@ -89,7 +93,12 @@ type Config struct {
 	// CloseWait bounds how long Close waits for the connection to close
 	// (default 5s).
 	CloseWait time.Duration
-	Log       *slog.Logger // required
+	// Forced, when set, is called on the reader goroutine with the lock key
+	// of a message on the client channel saying that a lock of this client
+	// was forced away (keys.ForcedMessage). It must not block, and it must
+	// treat the message as a hint to check Redis: anyone may send it.
+	Forced func(lockKey string)
+	Log    *slog.Logger // required
 }
 
 // New returns a Hub. It opens no connection until the first Join.
@@ -102,6 +111,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 		log:           cfg.Log,
 		clientChannel: cfg.ClientChannel,
 		linger:        cfg.Linger,
+		forced:        cfg.Forced,
 		readyTimeout:  cfg.ReadyTimeout,
 		closeWait:     cfg.CloseWait,
 		chans:         make(map[string]*channel),
@@ -136,21 +146,44 @@ func (h *Hub) JoinShared(ctx context.Context, lockChannel string) (*Waiter, erro
 	return h.join(ctx, lockChannel, true)
 }
 
+// Listen subscribes the client channel, in the background, if nothing has
+// yet: a holder listens there for the news that its lock was forced away
+// (Config.Forced). It never blocks on Redis.
+func (h *Hub) Listen() {
+	if h.listening.Load() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.ps != nil {
+		return
+	}
+	h.queueOp(subOp{channels: h.start()})
+}
+
+// start opens the pub/sub connection and its goroutines if not yet open,
+// and returns the client channel when it still needs subscribing. The
+// caller holds h.mu.
+func (h *Hub) start() []string {
+	if h.ps != nil {
+		return nil
+	}
+	h.listening.Store(true)
+	h.ps = h.rdb.Subscribe(context.Background())
+	h.readerDone = make(chan struct{})
+	h.subDone = make(chan struct{})
+	go h.read(h.ps, h.readerDone)
+	go h.subscriber(h.ps, h.subDone)
+	return []string{h.clientChannel}
+}
+
 func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waiter, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
-	var subscribe []string
-	if h.ps == nil {
-		h.ps = h.rdb.Subscribe(context.WithoutCancel(ctx))
-		h.readerDone = make(chan struct{})
-		h.subDone = make(chan struct{})
-		go h.read(h.ps, h.readerDone)
-		go h.subscriber(h.ps, h.subDone)
-		subscribe = append(subscribe, h.clientChannel)
-	}
+	subscribe := h.start()
 	ch := h.chans[lockChannel]
 	if ch == nil {
 		ch = &channel{}
@@ -409,6 +442,13 @@ func (h *Hub) confirmed(name string, again bool) {
 }
 
 func (h *Hub) dispatch(name, payload string) {
+	if name == h.clientChannel && h.forced != nil {
+		if key, ok := keys.ParseForcedMessage(payload); ok {
+			// Forced away, or so it claims: the holders of key ask Redis.
+			h.forced(key)
+			return
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if name == h.clientChannel {

@@ -1,0 +1,72 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// ForceUnlock tells the evicted holder at once, by a message to its Client
+// that makes it ask Redis, not at its next renewal (a third of the watchdog
+// later, 10s here) or at the end of its lease (30s).
+func TestForceUnlockTellsTheHolderAtOnce(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := rdbFor(t, r)
+	for _, tc := range []struct {
+		name string
+		take func(ctx context.Context, c *Client) (done <-chan struct{}, err func() error, e error)
+	}{
+		{"mutex", func(ctx context.Context, c *Client) (<-chan struct{}, func() error, error) {
+			m := c.Mutex("push:mutex")
+			err := m.Lock(ctx)
+			return m.Done(), m.Err, err
+		}},
+		{"mutex-lease", func(ctx context.Context, c *Client) (<-chan struct{}, func() error, error) {
+			m := c.Mutex("push:mutex-lease")
+			ok, err := m.TryLock(ctx, 0, 30*time.Second)
+			if err == nil && !ok {
+				err = errors.New("not acquired")
+			}
+			return m.Done(), m.Err, err
+		}},
+		{"rw-write", func(ctx context.Context, c *Client) (<-chan struct{}, func() error, error) {
+			rw := c.RWMutex("push:rw-write")
+			err := rw.Lock(ctx)
+			return rw.Done(), rw.Err, err
+		}},
+		{"rw-read", func(ctx context.Context, c *Client) (<-chan struct{}, func() error, error) {
+			hctx, err := c.RWMutex("push:rw-read").ReadContext(ctx, 0, 0)
+			if err != nil {
+				return nil, nil, err
+			}
+			return hctx.Done(), func() error { return context.Cause(hctx) }, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			holder, operator := newClient(t, r), newClient(t, r)
+			done, errOf, err := tc.take(ctx, holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The holder never waited: its first grant subscribed its
+			// client channel, in the background.
+			waitSubscribed(t, ctx, rdb, holder)
+			start := time.Now()
+			if ok, err := operator.Mutex("push:" + tc.name).ForceUnlock(ctx); err != nil || !ok {
+				t.Fatalf("ForceUnlock = %v, %v", ok, err)
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the evicted holder was not told within 5s: it waits for its renewal")
+			}
+			told := time.Since(start)
+			if err := errOf(); !errors.Is(err, ErrForced) {
+				t.Fatalf("told %v, want ErrForced", err)
+			}
+			t.Logf("force → told: %v", told)
+		})
+	}
+}
