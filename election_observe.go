@@ -107,16 +107,38 @@ func (o *observer) run(ctx context.Context) {
 	}()
 	defer wg.Wait()
 	defer ps.Close()
+	// A read that failed is tried again, with backoff, until one succeeds:
+	// the message that asked for it is gone.
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := 50 * time.Millisecond
+	reread := func() bool {
+		ok, failed := o.refresh(ctx)
+		switch {
+		case failed:
+			retry.Reset(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		default:
+			retry.Stop()
+			backoff = 50 * time.Millisecond
+		}
+		return ok
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-retry.C:
+			if !reread() {
+				return
+			}
 		case m := <-msgs:
 			switch m := m.(type) {
 			case *redis.Subscription:
 				// Subscribed, or resubscribed after a reconnection that may
 				// have lost messages: read the state.
-				if m.Kind == "subscribe" && m.Channel == e.ks.Changes && !o.refresh(ctx) {
+				if m.Kind == "subscribe" && m.Channel == e.ks.Changes && !reread() {
 					return
 				}
 			case *redis.Message:
@@ -130,7 +152,7 @@ func (o *observer) run(ctx context.Context) {
 					continue
 				}
 				drain(msgs)
-				if !o.refresh(ctx) {
+				if !reread() {
 					return
 				}
 			}
@@ -139,8 +161,9 @@ func (o *observer) run(ctx context.Context) {
 }
 
 // refresh reads the leader (or its absence) in one MULTI and delivers it if
-// it is news. It reports false when ctx ended.
-func (o *observer) refresh(ctx context.Context) bool {
+// it is news. It reports ok false when ctx ended, and failed when the read
+// did not succeed (to be tried again).
+func (o *observer) refresh(ctx context.Context) (ok, failed bool) {
 	e := o.e
 	var leader *redis.StringCmd
 	var exists *redis.IntCmd
@@ -154,27 +177,32 @@ func (o *observer) refresh(ctx context.Context) bool {
 		})
 	}, nil)
 	if ctx.Err() != nil {
-		return false
+		return false, false
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		e.c.cfg.logger.Debug("dlock: reading an election's leader failed", "name", e.name, "err", err)
-		return true // the next message or reconnection reads again
+		return true, true
 	}
 	first := !o.started
 	o.started = true
 	if tok, v, ok := keys.ParseLeaderValue(leader.Val()); ok {
-		return o.deliver(ctx, 2*tok, v)
+		return o.deliver(ctx, 2*tok, v), false
 	}
 	if exists.Val() == 1 {
-		return true // granted, not yet announced: its announcement follows
+		return true, false // granted, not yet announced: its announcement follows
 	}
 	last, _ := fence.Uint64()
 	seq := 2*last + 1
+	if o.seq%2 == 0 && seq <= o.seq {
+		// The counter expired during the term (it lives a day from its
+		// sequence's start): the vacancy still follows the leader shown.
+		seq = o.seq + 1
+	}
 	if first {
 		o.seq = max(o.seq, seq) // no leader to report yet
-		return true
+		return true, false
 	}
-	return o.deliver(ctx, seq, "")
+	return o.deliver(ctx, seq, ""), false
 }
 
 // newer reports whether announcement claims a term after the last one

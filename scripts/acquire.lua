@@ -63,10 +63,14 @@ if cnt and ARGV[3] == '0' then
   -- or our own earlier call, resent. A hand-off's TTL is only the claim
   -- window: give the hold the TTL the caller will count on. Drop any entry
   -- of ours a resent call queued. Nobody else takes a token while we hold,
-  -- so the counter is our token.
+  -- so the counter is our token, unless it expired (its TTL runs from its
+  -- sequence's start) since the hand-off: then a new sequence starts, above
+  -- every earlier token.
   redis.call('pexpire', KEYS[1], ARGV[2])
   if entry ~= '' then redis.call('lrem', KEYS[3], 0, entry) end
-  return tonumber(redis.call('get', KEYS[2]) or '0')
+  local tok = redis.call('get', KEYS[2])
+  if tok then return tonumber(tok) end
+  taken = true
 end
 --[[lib.lua]]
 if taken then return issue_token(ARGV[4]) end

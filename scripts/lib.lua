@@ -10,7 +10,7 @@
 --   KEYS[3] the waiter queue      dlock:queue:{name}
 -- A queue entry is "<ticket> <ttl_ms> <owner field>"; the owner field is
 -- "<client id>:<owner id>", and the client listens on dlock:client:<client id>
--- (keys.QueueEntry, keys.ClientChannelPrefix and keys.ParseHandoff on the Go
+-- (keys.QueueEntry, keys.ClientChannelPrefix and keys.HandoffTicket on the Go
 -- side; a test checks that the literals here agree with them).
 
 -- Why an owner's field is missing from the lock hash, as renew and release

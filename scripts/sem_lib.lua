@@ -6,7 +6,7 @@
 --   KEYS[3] queue    dlock:semaphore-queue:{name}: waiters, first first
 -- A permit id is "<client id>:<n>"; a queue entry is "<ticket> <ttl ms> <permit id>"
 -- (keys.QueueEntry), and a waiter's client listens on dlock:client:<client id>
--- for "<ticket> <token> <ttl ms>" (keys.ParseHandoff; permits carry token 0).
+-- for "<ticket> <token> <ttl ms>" (keys.HandoffTicket; permits carry token 0).
 
 -- now_ms is the server clock in milliseconds: permits expire by it, so the
 -- clients' clocks do not matter.

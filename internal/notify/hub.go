@@ -485,9 +485,19 @@ func (h *Hub) dispatch(name, payload string) {
 		for _, w := range ch.waiters {
 			w.wake()
 		}
-	case "1": // read holds released: every local waiter may proceed
+	case "1":
+		// Read holds released: every local waiter may proceed, on a
+		// read-write lock's channel (where readers wait). Elsewhere nothing
+		// real sends "1", and one forged message must not wake every
+		// waiter: it wakes one, as "0" does.
+		shared := false
 		for _, w := range ch.waiters {
-			w.wake()
+			shared = shared || w.shared
+		}
+		for _, w := range ch.waiters {
+			if w.wake() && !shared {
+				return
+			}
 		}
 	}
 }

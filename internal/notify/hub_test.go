@@ -70,9 +70,14 @@ func TestHub(t *testing.T) {
 		t.Fatal("a single release woke two waiters")
 	case <-time.After(100 * time.Millisecond):
 	}
+	// "1" wakes every waiter only where readers wait; here, as "0", one.
 	rdb.Publish(ctx, "lockchan", "1")
 	waitEvent(t, w1)
-	waitEvent(t, w2)
+	select {
+	case <-w2.C:
+		t.Fatal("a \"1\" on a channel without readers woke two waiters")
+	case <-time.After(100 * time.Millisecond):
+	}
 
 	h.Leave(w1)
 	h.Leave(w2)
