@@ -2,10 +2,8 @@ module github.com/dlock-dev/dlock/dlockgocron
 
 go 1.25.0
 
-replace github.com/dlock-dev/dlock => ..
-
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 )
 

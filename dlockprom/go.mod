@@ -3,7 +3,7 @@ module github.com/dlock-dev/dlock/dlockprom
 go 1.25.0
 
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/redis/go-redis/v9 v9.22.0
 )
@@ -21,5 +21,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/dlock-dev/dlock => ..
