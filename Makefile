@@ -1,7 +1,11 @@
 # dlock developer and CI entry points. Targets:
 #   make deps   - install missing system programs (redis-server, redis-tools,
 #                 mariadb-server, postgresql)
-#   make test   - deps, go vet, race tests (what .ci/run runs)
+#   make test   - deps, go vet, race tests, then install-test (what .ci/run
+#                 runs)
+#   make install-test - go install of the CLI at the next release's version
+#                 from a temporary clone, offline (.ci/install-test.sh); also
+#                 fails if building the modules changes a tracked file
 #   make bench  - run the benchmark program (separate module in bench/)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
 #   make lint   - fmt check + go vet
@@ -19,7 +23,7 @@ PKGS ?= ./...
 # go.mod (go.work joins them for development).
 MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 
-.PHONY: all deps vet test bench fmt fmt-fix lint
+.PHONY: all deps vet test install-test bench fmt fmt-fix lint
 
 all: test
 
@@ -31,6 +35,11 @@ vet:
 
 test: deps vet
 	@set -e; for m in $(MODULES); do echo "go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) $(PKGS)); done
+	@$(MAKE) --no-print-directory install-test
+
+# make test runs it last, once the unit tests have passed.
+install-test:
+	@bash .ci/install-test.sh
 
 bench: deps
 	cd bench && $(GO) run .

@@ -2,10 +2,8 @@ module github.com/dlock-dev/dlock/dlockgocron
 
 go 1.25.0
 
-replace github.com/dlock-dev/dlock => ..
-
 require (
-	github.com/dlock-dev/dlock v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 )
 
@@ -16,6 +14,7 @@ require (
 	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )

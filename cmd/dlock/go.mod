@@ -4,8 +4,8 @@ go 1.25.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dlock-dev/dlock v0.0.0
-	github.com/dlock-dev/dlock/dlockprom v0.0.0
+	github.com/dlock-dev/dlock v0.1.0
+	github.com/dlock-dev/dlock/dlockprom v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.1
@@ -27,9 +27,4 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
-)
-
-replace (
-	github.com/dlock-dev/dlock => ../..
-	github.com/dlock-dev/dlock/dlockprom => ../../dlockprom
 )
