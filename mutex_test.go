@@ -13,6 +13,9 @@ func TestTryLockNoWaitIsOneAttempt(t *testing.T) {
 	ctx := ctxT(t)
 	holder := a.Mutex("one-attempt")
 	mustLock(t, holder)
+	// The holder's Client subscribes its own channel (for ForceUnlock's
+	// news) in the background: let that happen before counting.
+	waitSubscribed(t, ctx, rdbFor(t, r), a)
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
