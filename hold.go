@@ -163,8 +163,7 @@ func (h *hold) Renewed(sent time.Time) {
 	defer h.mu.Unlock()
 	h.renewErr = nil
 	if h.lease > 0 {
-		h.validUntil = h.until.Add(-driftMargin(h.lease)) // the one extension to the full lease
-		return
+		return // a fixed lease is never renewed: only asked about (recheck)
 	}
 	ttl := h.c.cfg.watchdog
 	if v := sent.Add(ttl - driftMargin(ttl)); v.After(h.validUntil) {

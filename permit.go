@@ -91,29 +91,22 @@ func (p *Permit) Release(ctx context.Context) error {
 }
 
 // granted starts the permit's bookkeeping: sent is when the granting call
-// was sent (or the hand-off read), given the TTL Redis gave it (the claim
-// window for a hand-off). It reports false when the client is closing.
-func (p *Permit) granted(sent time.Time, given time.Duration) bool {
+// was sent. Every grant is the reply to the holder's own attempt (a hand-off
+// message only wakes it), which gave the permit its whole TTL. It reports
+// false when the client is closing.
+func (p *Permit) granted(sent time.Time) bool {
 	c := p.c
 	ks := &p.s.ks
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	period := c.cfg.watchdog / 3
 	if p.lease <= 0 {
-		p.validUntil = sent.Add(given - driftMargin(given))
-		p.renewal = renew.Entry{Key: ks.Permits, Set: ks.Size, Field: p.id, Kind: 's', TTL: c.cfg.watchdog, Holder: p}
-		if given < c.cfg.watchdog {
-			period = min(period, given/2)
-		}
+		ttl := c.cfg.watchdog
+		p.validUntil = sent.Add(ttl - driftMargin(ttl))
+		p.renewal = renew.Entry{Key: ks.Permits, Set: ks.Size, Field: p.id, Kind: 's', TTL: ttl, Holder: p}
 	} else {
 		p.until = sent.Add(p.lease)
 		p.validUntil = p.until.Add(-driftMargin(p.lease))
-		if given < p.lease {
-			// Handed over for the claim window: one extension to the lease.
-			p.validUntil = sent.Add(given - driftMargin(given))
-			p.renewal = renew.Entry{Key: ks.Permits, Set: ks.Size, Field: p.id, Kind: 's', Until: p.until, Holder: p}
-			period = given / 2
-		}
 	}
 	if !c.trackOther(p) {
 		return false
@@ -132,8 +125,7 @@ func (p *Permit) Renewed(sent time.Time) {
 	defer p.mu.Unlock()
 	p.renewErr = nil
 	if p.lease > 0 {
-		p.validUntil = p.until.Add(-driftMargin(p.lease))
-		return
+		return // a fixed lease is never renewed
 	}
 	ttl := p.c.cfg.watchdog
 	if v := sent.Add(ttl - driftMargin(ttl)); v.After(p.validUntil) {

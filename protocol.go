@@ -29,9 +29,6 @@ type protocol interface {
 	channel(h *hold) string
 	// shared reports whether holds of this kind share the lock (readers).
 	shared() bool
-	// handsOff reports whether a release may hand the lock straight to a
-	// queued waiter of this kind (Mutex, FairMutex).
-	handsOff() bool
 	// renewKind is renew.lua's kind for holds of this kind.
 	renewKind() byte
 }
@@ -185,7 +182,6 @@ func (mutexProtocol) leave(ctx context.Context, h *hold, q queueing) *redis.Cmd 
 
 func (mutexProtocol) channel(h *hold) string { return h.handle.channel() }
 func (mutexProtocol) shared() bool           { return false }
-func (mutexProtocol) handsOff() bool         { return true }
 func (mutexProtocol) renewKind() byte        { return 'm' }
 
 // writeProtocol is an RWMutex's write side: Redisson's RReadWriteLock hash,
@@ -217,7 +213,6 @@ func (writeProtocol) leave(ctx context.Context, h *hold, q queueing) *redis.Cmd 
 
 func (writeProtocol) channel(h *hold) string { return h.ks.RWChannel }
 func (writeProtocol) shared() bool           { return false }
-func (writeProtocol) handsOff() bool         { return false }
 func (writeProtocol) renewKind() byte        { return 'w' }
 
 // readProtocol is an RWMutex's read side: a field per reader in the same
@@ -241,7 +236,6 @@ func (readProtocol) releaseReply(cmd redis.Cmder) (reply, error) { return readRe
 func (readProtocol) leave(context.Context, *hold, queueing) *redis.Cmd { return nil }
 func (readProtocol) channel(h *hold) string                            { return h.ks.RWChannel }
 func (readProtocol) shared() bool                                      { return true }
-func (readProtocol) handsOff() bool                                    { return false }
 func (readProtocol) renewKind() byte                                   { return 'r' }
 
 func ttlArg(c *Client, ttl time.Duration) any {

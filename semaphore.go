@@ -161,7 +161,7 @@ func (a *semWait) run(ctx, waitCtx context.Context) (*Permit, error) {
 		return a.failed(ctx, err, left)
 	}
 	if r.v[0] == 1 {
-		return a.grant(ctx, sent, time.Duration(r.v[1])*time.Millisecond)
+		return a.grant(ctx, sent)
 	}
 	if !a.canWait {
 		return nil, a.timeout()
@@ -176,7 +176,7 @@ func (a *semWait) run(ctx, waitCtx context.Context) (*Permit, error) {
 			return a.failed(ctx, err, left)
 		}
 		if r.v[0] == 1 {
-			return a.grant(ctx, sent, time.Duration(r.v[1])*time.Millisecond)
+			return a.grant(ctx, sent)
 		}
 	}
 	timer := time.NewTimer(a.sleep(r))
@@ -209,7 +209,7 @@ func (a *semWait) run(ctx, waitCtx context.Context) (*Permit, error) {
 		if r.v[0] == 1 {
 			// Our attempt, or a hand-off it found: either way the attempt
 			// gave the permit its full TTL after sent.
-			return a.grant(ctx, sent, time.Duration(r.v[1])*time.Millisecond)
+			return a.grant(ctx, sent)
 		}
 		timer.Reset(a.sleep(r))
 	}
@@ -284,9 +284,9 @@ func (a *semWait) giveUp() {
 	a.s.c.detach(func(ctx context.Context) { p.undo(ctx, entry) })
 }
 
-func (a *semWait) grant(ctx context.Context, sent time.Time, given time.Duration) (*Permit, error) {
+func (a *semWait) grant(ctx context.Context, sent time.Time) (*Permit, error) {
 	p := a.p
-	if !p.granted(sent, given) {
+	if !p.granted(sent) {
 		p.end(lossError(a.s.name, ErrClosed, nil))
 		_ = p.Release(context.WithoutCancel(ctx))
 		return nil, ErrClosed

@@ -44,15 +44,11 @@ type Holder interface {
 // Entry is one held lock under renewal. Its exported fields are set before
 // Add and not changed afterwards.
 type Entry struct {
-	Key   string // the lock key
-	Field string // the owner's field in the lock hash
-	Kind  byte   // what the renewal does, for Func ('m', 'r', 'w' in dlock)
-	Set   string // a second key of the same slot Func may need ("" if none)
-	// TTL is the lock's TTL in watchdog mode. With Until set, the entry is a
-	// one-shot extension of a fixed lease (a hand-off arrives with a short
-	// claim window; this restores the lease the caller asked for).
-	TTL    time.Duration
-	Until  time.Time
+	Key    string        // the lock key
+	Field  string        // the owner's field in the lock hash
+	Kind   byte          // what the renewal does, for Func ('m', 'r', 'w' in dlock)
+	Set    string        // a second key of the same slot Func may need ("" if none)
+	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
 
 	due      time.Time
@@ -278,11 +274,7 @@ func (r *Renewer) call(b []*Entry) {
 	ttls := make([]int64, len(b))
 	sent := time.Now()
 	for i, e := range b {
-		ttl := e.TTL
-		if !e.Until.IsZero() {
-			ttl = max(e.Until.Sub(sent), time.Millisecond)
-		}
-		ttls[i] = max(ttl.Milliseconds(), 1)
+		ttls[i] = max(e.TTL.Milliseconds(), 1)
 	}
 	ctx, cancel := context.WithTimeout(r.base, r.cfg.Period)
 	codes, err := r.cfg.Run(ctx, b, ttls)
@@ -310,12 +302,7 @@ func (r *Renewer) call(b []*Entry) {
 			failed = append(failed, e)
 		case codes[i] == Held:
 			renewed = append(renewed, e)
-			if !e.Until.IsZero() {
-				e.removed = true
-				delete(r.entries, e)
-			} else {
-				e.due = sent.Add(r.cfg.Period)
-			}
+			e.due = sent.Add(r.cfg.Period)
 		default:
 			e.removed = true
 			delete(r.entries, e)
