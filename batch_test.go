@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/wire"
 	"sync"
 	"testing"
 )
@@ -37,7 +38,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := rdb.PoolStats().TotalConns; n > batchWorkers {
-		t.Fatalf("64 goroutines' calls used %d connections, want at most %d (one per batch worker)", n, batchWorkers)
+	if n := rdb.PoolStats().TotalConns; n > wire.Workers {
+		t.Fatalf("64 goroutines' calls used %d connections, want at most %d (one per batch worker)", n, wire.Workers)
 	}
 }

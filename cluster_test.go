@@ -467,7 +467,7 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("%s: writer token %d not above readers' %d", name, wr.Token(), readTok)
 			}
 			info, err = b.Inspect(ctx, name)
-			if err != nil || info.Mode != "write" || len(info.Holders) != 1 || info.Holders[0].Owner != wr.w.field() {
+			if err != nil || info.Mode != "write" || len(info.Holders) != 1 || info.Holders[0].Owner != wr.w.Owner() {
 				t.Fatalf("%s: write-locked: %+v, %v", name, info, err)
 			}
 			if err := wr.Unlock(ctx); err != nil {
@@ -546,7 +546,7 @@ func TestCluster(t *testing.T) {
 			for _, c := range []*Client{a, b} {
 				info, err := c.Inspect(ctx, name)
 				if err != nil || !info.Locked || len(info.Holders) != 1 || info.Holders[0].Owner != m.Owner() || info.Holders[0].Count != 2 ||
-					info.Token != m.Token() || info.TTL <= 0 || !strings.HasPrefix(info.Waiters[0].Owner, w.c.ID()+":") || info.Mode != "" {
+					info.Token != m.Token() || info.TTL <= 0 || !strings.HasPrefix(info.Waiters[0].Owner, w.hd.Engine().Cfg.ClientID+":") || info.Mode != "" {
 					t.Fatalf("%s: held lock: %+v, %v (owner %s token %d)", name, info, err, m.Owner(), m.Token())
 				}
 			}

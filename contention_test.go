@@ -44,15 +44,15 @@ func TestCrashedWaiterDoesNotStall(t *testing.T) {
 	mustLock(t, h)
 	rdb := rdbFor(t, r)
 	// A queued waiter of a client that no longer exists.
-	if err := rdb.RPush(ctx, h.ks.Queue, "7 30000 dead-client:1").Err(); err != nil {
+	if err := rdb.RPush(ctx, h.p.Keys().Queue, "7 30000 dead-client:1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rdb.PExpire(ctx, h.ks.Queue, time.Minute)
+	rdb.PExpire(ctx, h.p.Keys().Queue, time.Minute)
 	live := newClient(t, r, WithHandoffClaim(200*time.Millisecond), withRecheck(300*time.Millisecond))
 	w := live.Mutex("crash")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
-	waitFor(t, "live waiter queued", func() bool { n, _ := rdb.LLen(ctx, h.ks.Queue).Result(); return n == 2 })
+	waitFor(t, "live waiter queued", func() bool { n, _ := rdb.LLen(ctx, h.p.Keys().Queue).Result(); return n == 2 })
 	start := time.Now()
 	// The holder's claim window is the holder client's (2s): the dead waiter
 	// holds the lock that long at most.

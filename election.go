@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,12 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
-)
-
-var (
-	//go:embed scripts/election_announce.lua
-	luaAnnounce    string
-	scriptAnnounce = newScript(luaAnnounce)
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 var (
@@ -48,6 +44,7 @@ type Election struct {
 	name string
 	ks   keys.ElectionSet
 	m    *Mutex
+	p    kind.Election
 	err  error // a bad name, reported by every method
 
 	mu   sync.Mutex
@@ -56,7 +53,7 @@ type Election struct {
 
 // leadership is one won campaign.
 type leadership struct {
-	h      *hold
+	h      *lease.Lease
 	cancel context.CancelCauseFunc
 }
 
@@ -70,8 +67,8 @@ func (c *Client) Election(name string) *Election {
 	}
 	e.ks = keys.Election(name)
 	e.m = c.Mutex(e.ks.Lock)
-	if e.m.nameErr != nil {
-		e.err = e.m.nameErr // too long once prefixed
+	if e.err = e.m.hd.NameErr(); e.err == nil { // too long once prefixed?
+		e.p.Init(c.e, name, e.ks, e.m.p.Keys())
 	}
 	return e
 }
@@ -85,7 +82,7 @@ func (e *Election) check(ctx context.Context) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	case e.err != nil:
 		return e.err
-	case e.c.closed.Load():
+	case e.c.e.Closed():
 		return ErrClosed
 	}
 	return nil
@@ -104,34 +101,32 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if holdFrom(ctx, e.c, e.ks.Lock) != nil {
+	if lease.From(ctx, e.c.e, e.ks.Lock) != nil {
 		return nil, fmt.Errorf("%w: ctx already leads the election %q", ErrInvalidArgument, e.name)
 	}
-	h, err := e.m.lock(ctx, lockRequest{forever: true, maxHold: -1})
+	h, err := e.m.hd.Acquire(ctx, lease.Request{Forever: true, MaxHold: -1})
 	if err != nil {
 		return nil, err
 	}
-	ok, _, err := roundTrip(e.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptAnnounce.run(ctx, e.c, []any{e.ks.Lock}, h.fieldArg, h.token, value, e.ks.Changes).Int64()
-	}, nil)
-	if err != nil || ok != 1 {
-		_ = e.c.releaseDetached(ctx, h, true)
+	ok, err := e.p.Announce(ctx, h, value)
+	if err != nil || !ok {
+		_ = h.Release(ctx, true)
 		if err == nil {
-			err = lossError(e.ks.Lock, ErrTakenOver, nil)
+			err = &LossError{Name: e.ks.Lock, Reason: ErrTakenOver}
 		}
 		return nil, err
 	}
-	hctx, _ := h.context(context.WithoutCancel(ctx))
+	hctx, _ := h.Context(context.WithoutCancel(ctx))
 	lctx, cancel := context.WithCancelCause(hctx)
 	e.mu.Lock()
 	e.term = &leadership{h: h, cancel: cancel}
 	e.mu.Unlock()
-	h.onEnded(func(err error) {
+	h.OnEnded(func(err error) {
 		if err != nil {
 			// Lost: give the lock up (it may still be ours in Redis, but the
 			// leader has been told it is not) and free the handle for the
 			// next Campaign.
-			e.c.detach(func(ctx context.Context) { _ = h.release(ctx, true) })
+			e.c.e.Detach(func(ctx context.Context) { _ = h.Release(ctx, true) })
 		}
 	})
 	return lctx, nil
@@ -162,10 +157,10 @@ func (e *Election) Resign(ctx context.Context) error {
 	if errors.Is(context.Cause(ctx), ErrResigned) {
 		// The leadership context, just ended by this very call.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), e.c.cfg.cleanupTimeout)
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), e.c.cfg.CleanupTimeout)
 		defer cancel()
 	}
-	return e.c.releaseDetached(ctx, t.h, true)
+	return t.h.Release(ctx, true)
 }
 
 // Leader returns the current leader's value, or ErrNoLeader when nobody
@@ -175,8 +170,8 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 	if err := e.check(ctx); err != nil {
 		return "", err
 	}
-	v, _, err := roundTrip(e.c, ctx, func(ctx context.Context) (string, error) {
-		return e.c.rdb.HGet(ctx, e.ks.Lock, keys.LeaderField).Result()
+	v, _, err := wire.Go(e.c.e.Wire, ctx, func(ctx context.Context) (string, error) {
+		return e.c.e.Redis().HGet(ctx, e.ks.Lock, keys.LeaderField).Result()
 	}, nil)
 	if errors.Is(err, redis.Nil) {
 		return "", ErrNoLeader
@@ -188,4 +183,30 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 		return val, nil
 	}
 	return "", fmt.Errorf("dlock: election %q has a malformed leader field %q", e.name, v)
+}
+
+// Observe returns a channel that receives the election's leader: its value
+// when Observe starts (if there is a leader), then the value of every new
+// leader as it takes office, and "" when the election is left without a
+// leader by a release with no candidate waiting (Resign, Close). A leader
+// that vanishes without a release (a crash) shows as the next leader's
+// value, when one is elected.
+//
+// It is event-driven: Observe holds a pub/sub connection of its own,
+// subscribed to the election's changes channel and its lock's release
+// channel, and reads the leader from Redis when an announcement, a release
+// or a reconnection says it may have changed; while nothing changes it sends
+// no command. What it delivers is what Redis holds, never what a message
+// says: a forged announcement costs one read and shows nothing. Values are
+// delivered in the order of the leaders' terms (fencing tokens), never
+// twice. The channel is closed when ctx is done or the Client is closed (at
+// once for bad input or a closed Client). Receive from it promptly: a value
+// waits for the receiver. Safe for concurrent use.
+func (e *Election) Observe(ctx context.Context) <-chan string {
+	if e.check(ctx) != nil {
+		out := make(chan string)
+		close(out)
+		return out
+	}
+	return e.p.Observe(ctx)
 }

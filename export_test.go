@@ -3,9 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/redis/go-redis/v9"
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
@@ -28,17 +31,50 @@ func testenvRedis(t testing.TB) *testenv.Redis {
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
+// hold is a lease of a Mutex driven by hand, for tests of the scripts
+// through the engine.
+type hold struct{ *lease.Lease }
+
+// reply is a script's answer in its positional form: {1, count, token}
+// held, {0, ms to wait} not, {-1} gone; a release's {1, remaining} or {0,
+// why gone}.
+type reply struct {
+	n int
+	v [3]int64
+}
+
 // testHold is a hold of m's handle that no lock call made: a new owner to
 // drive the scripts with.
-func (m *Mutex) testHold() *hold { return newHold(&m.handle, nil) }
+func (m *Mutex) testHold() hold {
+	l, _ := m.hd.TestLease(context.Background(), false)
+	return hold{l}
+}
 
-// attempt sends one raw acquire attempt for h.
-func (h *hold) attemptRaw(ctx context.Context, ttl time.Duration, count int, entry string, registered bool) (reply, error) {
-	return h.attemptNow(ctx, ttl, count, queueing{entry: entry, registered: registered})
+// attemptRaw sends one raw acquire attempt for h.
+func (h hold) attemptRaw(ctx context.Context, ttl time.Duration, count int, entry string, registered bool) (reply, error) {
+	r, err := h.TestAttempt(ctx, ttl, count, lease.Queueing{Entry: entry, Registered: registered})
+	switch {
+	case err != nil:
+		return reply{}, err
+	case r.Granted:
+		return reply{n: 3, v: [3]int64{1, int64(r.Count), int64(r.Token)}}, nil
+	case r.Gone:
+		return reply{n: 1, v: [3]int64{-1}}, nil
+	}
+	return reply{n: 2, v: [3]int64{0, r.Wait.Milliseconds()}}, nil
+}
+
+// releaseNow sends one raw release for h.
+func (h hold) releaseNow(ctx context.Context, count int, all bool) (reply, error) {
+	r, err := h.ReleaseNow(ctx, count, all)
+	if err != nil || !r.Found {
+		return reply{n: 2, v: [3]int64{0, r.Why}}, err
+	}
+	return reply{n: 2, v: [3]int64{1, int64(r.Remaining)}}, nil
 }
 
 // field is h's owner field.
-func (h *hold) field() string { return h.ownerField }
+func (h hold) field() string { return h.Field() }
 
 // lockCtx locks m and returns the hold's context, failing the test on error.
 func lockCtx(t testing.TB, m *Mutex) context.Context {
@@ -50,14 +86,6 @@ func lockCtx(t testing.TB, m *Mutex) context.Context {
 	return hctx
 }
 
-// field is the owner field of the handle's current hold ("" when none).
-func (hd *handle) field() string {
-	if h := hd.lastHold(); h != nil && !hd.idle() {
-		return h.field()
-	}
-	return ""
-}
-
 // mustLockTwice takes m and re-enters it with the hold's context: count 2.
 func mustLockTwice(t testing.TB, m *Mutex) {
 	t.Helper()
@@ -66,8 +94,40 @@ func mustLockTwice(t testing.TB, m *Mutex) {
 	}
 }
 
-// enter takes the handle's gate for a test that builds a hold by hand.
-func (m *Mutex) testEnter(ctx context.Context, try bool) bool {
-	ok, _ := m.handle.enter(ctx, try)
-	return ok
+// goneCode is why_gone's code for a field that expired or was released.
+const goneCode = lease.CodeGone
+
+// current is the hold an Unlock with ctx would release.
+func (m *Mutex) current(ctx context.Context) hold { return hold{m.hd.Current(ctx)} }
+
+// testEnter takes m's gate and returns a hold no lock call made.
+func (m *Mutex) testEnter(ctx context.Context) (hold, bool) {
+	l, ok := m.hd.TestLease(ctx, true)
+	return hold{l}, ok
 }
+
+// isRedisError reports whether err is an error reply from Redis.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+var driftMargin = lease.DriftMargin
+
+// semLua is a semaphore script's source as the library sends it.
+func semLua(file string) string { return kind.Source("sem_lib.lua") + kind.Source(file) }
+
+// semKeys are the keys the semaphore scripts take.
+func semKeys(s *Semaphore) []string {
+	ks := s.p.Keys()
+	return []string{ks.Permits, ks.Size, ks.Queue}
+}
+
+// chanOf is the release channel m's waiters listen on.
+func chanOf(m *Mutex) string {
+	ch, _ := m.p.Channel()
+	return ch
+}
+
+// ResolveForTest is what opts come to, for the external tests.
+func ResolveForTest(opts ...LockOption) (FallbackRequest, error) { return resolve("", opts) }

@@ -41,7 +41,7 @@ func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
 	defer cancel()
 	go func() { got <- w.Lock(wctx) }()
 	waitFor(t, "waiter queued", func() bool {
-		n, _ := replica.Do(ctx, "LLEN", w.ks.Queue)
+		n, _ := replica.Do(ctx, "LLEN", w.p.Keys().Queue)
 		return n == int64(1)
 	})
 
@@ -86,7 +86,7 @@ func TestRedisRestartLosesHoldsAndWaitersRecover(t *testing.T) {
 	w := b.Mutex("restart")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
-	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.p.Keys().Queue).Result(); return n == 1 })
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,6 @@ type FairMutex struct {
 // reported by the handle's first method call.
 func (c *Client) FairMutex(name string) *FairMutex {
 	f := &FairMutex{}
-	f.init(c, name, protoFair)
+	f.init(c, name, true)
 	return f
 }

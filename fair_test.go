@@ -46,7 +46,7 @@ func TestFairArrivalOrder(t *testing.T) {
 				}()
 				// Stagger: the next one arrives once this one is queued.
 				waitFor(t, "waiter queued", func() bool {
-					l, _ := rdb.LLen(ctx, holder.ks.Queue).Result()
+					l, _ := rdb.LLen(ctx, holder.p.Keys().Queue).Result()
 					return l == int64(i+1)
 				})
 			}
@@ -88,7 +88,7 @@ func TestFairNoBarging(t *testing.T) {
 			w := handle(wc)
 			got := make(chan error, 1)
 			go func() { got <- w.Lock(ctx) }()
-			waitFor(t, "waiter queued", func() bool { l, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return l == 1 })
+			waitFor(t, "waiter queued", func() bool { l, _ := rdb.LLen(ctx, w.p.Keys().Queue).Result(); return l == 1 })
 			rdb.Del(ctx, "barge") // its TTL ran out
 			newcomer := handle(newClient(t, r))
 			ok, err := newcomer.TryLock(ctx, 0, 0)
@@ -129,18 +129,18 @@ func TestFairCancelledWaiterLeaves(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- newClient(t, r).FairMutex("fair:cancel").Lock(cctx) }()
-	waitFor(t, "first queued", func() bool { l, _ := rdb.LLen(ctx, h.ks.Queue).Result(); return l == 1 })
+	waitFor(t, "first queued", func() bool { l, _ := rdb.LLen(ctx, h.p.Keys().Queue).Result(); return l == 1 })
 	second := newClient(t, r).FairMutex("fair:cancel")
 	got := make(chan error, 1)
 	go func() { got <- second.Lock(ctx) }()
-	waitFor(t, "second queued", func() bool { l, _ := rdb.LLen(ctx, h.ks.Queue).Result(); return l == 2 })
+	waitFor(t, "second queued", func() bool { l, _ := rdb.LLen(ctx, h.p.Keys().Queue).Result(); return l == 2 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
 	// The cancelled waiter leaves in the background (its caller has gone);
 	// the live waiter keeps the queue alive, so only leaving empties it.
-	waitFor(t, "the cancelled waiter to leave the queue", func() bool { l, _ := rdb.LLen(ctx, h.ks.Queue).Result(); return l == 1 })
+	waitFor(t, "the cancelled waiter to leave the queue", func() bool { l, _ := rdb.LLen(ctx, h.p.Keys().Queue).Result(); return l == 1 })
 	start := time.Now()
 	mustUnlock(t, &h.Mutex)
 	if err := <-got; err != nil {
@@ -161,14 +161,14 @@ func TestFairDeadEntrySkipped(t *testing.T) {
 	const claim, recheck = 200 * time.Millisecond, 300 * time.Millisecond
 	h := newClient(t, r, WithHandoffClaim(claim)).FairMutex("fair:dead")
 	mustLock(t, &h.Mutex)
-	if err := rdb.RPush(ctx, h.ks.Queue, "7 30000 dead-client:1").Err(); err != nil {
+	if err := rdb.RPush(ctx, h.p.Keys().Queue, "7 30000 dead-client:1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	live := newClient(t, r, WithHandoffClaim(claim), withRecheck(recheck))
 	w := live.FairMutex("fair:dead")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
-	waitFor(t, "live waiter queued", func() bool { l, _ := rdb.LLen(ctx, h.ks.Queue).Result(); return l == 2 })
+	waitFor(t, "live waiter queued", func() bool { l, _ := rdb.LLen(ctx, h.p.Keys().Queue).Result(); return l == 2 })
 	start := time.Now()
 	mustUnlock(t, &h.Mutex) // hands the lock to the dead entry
 	if err := <-got; err != nil {

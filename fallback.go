@@ -12,23 +12,25 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
 
-	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/redis/go-redis/v9"
 )
 
 // Fallback is a second lock tier that a Client built WithFallback uses when
 // Redis fails: a SQL named lock (package sqllock's *Locker) or anything with
-// the same contract. WithLock must wait up to the options' WaitTime, run fn
+// the same contract. Run must wait up to the request's Wait, run fn
 // at most once with a context that carries the grant (ContextWithGrant, with
 // Backend set) and is cancelled with a cause wrapping ErrLockLost when the
 // hold is lost, always release, return fn's error untouched, wrap
 // ErrWaitTimeout when the wait ran out, and issue a fencing token above the
-// options' TokenFloor. A Fallback must be safe for concurrent use.
+// request's TokenFloor. A Fallback must be safe for concurrent use.
 type Fallback interface {
 	// Backend names the tier in grants and observations ("mysql", "postgres").
 	Backend() string
-	WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error
+	// Run runs fn holding the lock req asks for.
+	Run(ctx context.Context, req FallbackRequest, fn func(context.Context) error) error
 }
 
 // Breaker decides whether a call may try Redis: Allow returns an error
@@ -171,7 +173,7 @@ func newTiers(c *Client) *tiers {
 		t.cfg.breaker = newBreaker(5, 5*time.Second, c.observeBreaker)
 	}
 	if t.cfg.quarantine == 0 {
-		t.cfg.quarantine = c.cfg.watchdog + driftMargin(c.cfg.watchdog)
+		t.cfg.quarantine = c.cfg.Watchdog + lease.DriftMargin(c.cfg.Watchdog)
 	}
 	if t.cfg.recovery == 0 {
 		t.cfg.recovery = max(2*t.cfg.quarantine, 10*time.Second)
@@ -183,7 +185,8 @@ func newTiers(c *Client) *tiers {
 }
 
 // withLock is WithLock with a fallback tier.
-func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Context) error, set LockSettings, opts []LockOption) error {
+func (t *tiers) withLock(ctx context.Context, req FallbackRequest, fn func(context.Context) error) error {
+	name := req.Name
 	start := time.Now()
 	reason := error(nil)
 	done, err := t.cfg.breaker.Allow()
@@ -191,7 +194,7 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 		reason = fmt.Errorf("%w: %w: %w", ErrUnavailable, errOpenBreaker, err)
 	} else {
 		started := false
-		err := t.c.withRedisLock(ctx, name, func(fctx context.Context) error {
+		err := t.c.withRedisLock(ctx, req, func(fctx context.Context) error {
 			started = true
 			done(nil)
 			t.redisWorked(fctx)
@@ -200,19 +203,21 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 				// their lock too, above our token, and lift the Redis
 				// counter to the token the fallback issued, so that the
 				// name's later Redis tokens stay above it.
-				rest := max(set.Wait-time.Since(start), 0)
-				err := t.f.WithLock(fctx, name, func(sctx context.Context) error {
+				sreq := req
+				sreq.Wait = max(req.Wait-time.Since(start), 0)
+				sreq.TokenFloor = max(req.TokenFloor, TokenFrom(fctx))
+				err := t.f.Run(fctx, sreq, func(sctx context.Context) error {
 					tok := TokenFrom(sctx)
 					t.raiseRedisToken(sctx, name, tok)
 					return fn(ContextWithGrant(sctx, Grant{Name: name, Token: tok, Backend: BackendRedis}))
-				}, append(opts, WaitTime(rest), TokenFloor(TokenFrom(fctx)))...)
+				})
 				if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
 					err = context.Cause(fctx) // the Redis hold was lost while waiting
 				}
 				return err
 			}
 			return fn(fctx)
-		}, set)
+		})
 		switch {
 		case started:
 			return err
@@ -227,25 +232,24 @@ func (t *tiers) withLock(ctx context.Context, name string, fn func(context.Conte
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if err := t.mayFallBack(ctx, start.Add(set.Wait)); err != nil {
+	if err := t.mayFallBack(ctx, start.Add(req.Wait)); err != nil {
 		return errors.Join(reason, err)
 	}
-	t.c.observeFallback(set.Kind, name, reason)
-	rest := max(set.Wait-time.Since(start), 0)
-	var finish func(Acquisition)
-	if len(t.c.cfg.observers) > 0 {
-		finish = t.c.observeAcquire(ctx, set.Kind, name)
-	}
+	t.c.observeFallback(req.Kind, name, reason)
+	freq := req
+	freq.Wait = max(req.Wait-time.Since(start), 0)
+	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
+	finish := t.c.observeAcquire(ctx, req.Kind, name)
 	granted := false
-	err = t.f.WithLock(ctx, name, func(fctx context.Context) error {
+	err = t.f.Run(ctx, freq, func(fctx context.Context) error {
 		granted = true
 		if finish != nil {
-			finish(Acquisition{Kind: set.Kind, Name: name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
+			finish(Acquisition{Kind: req.Kind, Name: name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
 		}
 		return fn(fctx)
-	}, append(opts, WaitTime(rest), TokenFloor(t.maxToken.Load()))...)
+	})
 	if !granted && finish != nil {
-		a := Acquisition{Kind: set.Kind, Name: name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
+		a := Acquisition{Kind: req.Kind, Name: name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
 		if errors.Is(err, ErrWaitTimeout) {
 			a.TimedOut, a.Err = true, nil
 		}
@@ -276,7 +280,7 @@ func (t *tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
 	if t.witness != nil {
 		// A Client that reached Redis within a watchdog timeout (plus the
 		// quarantine) may still hold a lock there: its renewals record it.
-		others, err := t.witness.OthersSawRedis(ctx, t.c.id, t.cfg.quarantine+t.c.cfg.watchdog)
+		others, err := t.witness.OthersSawRedis(ctx, t.c.ID(), t.cfg.quarantine+t.c.cfg.Watchdog)
 		if err != nil {
 			return err
 		}
@@ -311,13 +315,13 @@ func (t *tiers) reachedRedis() {
 		t.downSince = time.Time{}
 		t.recoveryUntil = now.Add(t.cfg.recovery)
 	}
-	witness := t.witness != nil && now.Sub(t.lastWitness) > t.c.cfg.watchdog/3
+	witness := t.witness != nil && now.Sub(t.lastWitness) > t.c.cfg.Watchdog/3
 	if witness {
 		t.lastWitness = now
 	}
 	t.mu.Unlock()
 	if witness {
-		t.c.detach(func(ctx context.Context) { _ = t.witness.SawRedis(ctx, t.c.id) })
+		t.c.e.Detach(func(ctx context.Context) { _ = t.witness.SawRedis(ctx, t.c.ID()) })
 	}
 }
 
@@ -392,25 +396,59 @@ func FallbackReason(err error) string {
 // errOpenBreaker marks a refusal by any Breaker (gobreaker's included).
 var errOpenBreaker = errors.New("dlock: circuit breaker refused the call")
 
-// scriptRaiseToken lifts a fencing counter to at least ARGV[1], keeping its
-// TTL (and so the start of its sequence).
-var scriptRaiseToken = newScript(`
-local c = redis.call('get', KEYS[1])
-if c and tonumber(c) < tonumber(ARGV[1]) then
-  redis.call('set', KEYS[1], ARGV[1], 'KEEPTTL')
-  return 1
-end
-return 0`)
-
 // raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
 // failure leaves later Redis tokens below tok, which the resource's fencing
 // check then rejects rather than accepts).
 func (t *tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
-	ks := keys.For(name)
-	_, _, err := roundTrip(t.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptRaiseToken.run(ctx, t.c, []any{ks.Fence}, tok).Int64()
-	}, nil)
-	if err != nil {
-		t.c.cfg.logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+	if err := kind.RaiseFence(ctx, t.c.e, name, tok); err != nil {
+		t.c.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+	}
+}
+
+func (c *Client) observeFallback(kind Kind, name string, reason error) {
+	c.cfg.Logger.Warn("dlock: falling back", "name", name, "backend", c.fallback.f.Backend(), "reason", reason)
+	for _, o := range c.cfg.Observers {
+		o.FellBack(kind, name, c.fallback.f.Backend(), reason)
+	}
+}
+
+func (c *Client) observeBreaker(state string) {
+	c.cfg.Logger.Warn("dlock: circuit breaker", "state", state)
+	for _, o := range c.cfg.Observers {
+		o.BreakerChanged(state)
+	}
+}
+
+// observeAcquire starts the observers' report of a fallback acquisition; it
+// returns nil without observers.
+func (c *Client) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
+	var fs []func(Acquisition)
+	for _, o := range c.cfg.Observers {
+		if f := o.AcquireStarted(ctx, kind, name); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return func(a Acquisition) {
+		for _, f := range fs {
+			f(a)
+		}
+	}
+}
+
+// observeRelease starts the observers' report of a release.
+func (c *Client) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
+	var fs []func(Release)
+	for _, o := range c.cfg.Observers {
+		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return func(r Release) {
+		for _, f := range fs {
+			f(r)
+		}
 	}
 }

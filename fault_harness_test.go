@@ -505,7 +505,7 @@ func (s *scenario) withLockLoop(c *dlock.Client, who string, o holdOpts, stop <-
 // d (or until fn's context ends). It returns WithLock's error.
 func (s *scenario) holdOnce(c *dlock.Client, who, name string, d time.Duration, opts ...dlock.LockOption) error {
 	var v *visit
-	set, err := dlock.ResolveLockOptions(opts...)
+	set, err := dlock.ResolveForTest(opts...)
 	if err != nil {
 		return err
 	}

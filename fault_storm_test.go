@@ -310,7 +310,7 @@ func randomOp(c *dlock.Client, rng *rand.Rand, who string, mutexNames []string, 
 	}
 	withLock := func(name string, opts ...dlock.LockOption) {
 		rr := res[name]
-		set, _ := dlock.ResolveLockOptions(opts...)
+		set, _ := dlock.ResolveForTest(opts...)
 		opts = append(opts, dlock.WaitTime(wait), dlock.LeaseTime(lease))
 		err := c.WithLock(ctx, name, func(fctx context.Context) error {
 			stay(rr, dlock.TokenFrom(fctx), set.Kind == dlock.KindRead, fctx.Done(), func() error { return context.Cause(fctx) })

@@ -44,7 +44,7 @@ func TestFencingTokensIncrease(t *testing.T) {
 	_ = mb.Unlock(ctx)
 	take("after DEL of the lock", ma, 0)
 
-	rdb.Del(ctx, "fence", ma.ks.Fence)
+	rdb.Del(ctx, "fence", ma.p.Keys().Fence)
 	_ = ma.Unlock(ctx)
 	take("after DEL of the counter", mb, 0)
 	mustUnlock(t, mb)
@@ -70,7 +70,7 @@ func TestFencingTokensOnHandoff(t *testing.T) {
 	w := b.Mutex("fence-handoff")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
-	waitFor(t, "queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.p.Keys().Queue).Result(); return n == 1 })
 	mustUnlock(t, h)
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -93,12 +93,12 @@ func TestHandOffTokensIncreaseAfterCounterLoss(t *testing.T) {
 		mustLock(t, ma)
 		got := make(chan error, 1)
 		go func() { got <- mb.Lock(ctx) }()
-		waitFor(t, "b queued", func() bool { n, _ := rdb.LLen(ctx, ma.ks.Queue).Result(); return n == 1 })
+		waitFor(t, "b queued", func() bool { n, _ := rdb.LLen(ctx, ma.p.Keys().Queue).Result(); return n == 1 })
 		switch step {
 		case "counter gone":
-			rdb.Del(ctx, ma.ks.Fence)
+			rdb.Del(ctx, ma.p.Keys().Fence)
 		case "bad entry first":
-			rdb.LPush(ctx, ma.ks.Queue, "not an entry")
+			rdb.LPush(ctx, ma.p.Keys().Queue, "not an entry")
 		}
 		before := ma.Token()
 		mustUnlock(t, ma)
@@ -106,7 +106,7 @@ func TestHandOffTokensIncreaseAfterCounterLoss(t *testing.T) {
 		if mb.Token() <= before {
 			t.Fatalf("%s: hand-off token %d not above the releaser's %d", step, mb.Token(), before)
 		}
-		if ttl, _ := rdb.PTTL(ctx, ma.ks.Fence).Result(); ttl <= 0 {
+		if ttl, _ := rdb.PTTL(ctx, ma.p.Keys().Fence).Result(); ttl <= 0 {
 			t.Fatalf("%s: the counter has no TTL after the hand-off (%v)", step, ttl)
 		}
 		mustUnlock(t, mb)

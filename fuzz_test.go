@@ -196,7 +196,7 @@ func FuzzRWOps(f *testing.F) {
 				}
 			}
 		}
-		if n, err := c.rdb.Exists(ctx, name).Result(); n != 0 || err != nil {
+		if n, err := c.e.Redis().Exists(ctx, name).Result(); n != 0 || err != nil {
 			t.Fatalf("lock still there after every hold was released: %v, %v", n, err)
 		}
 	})

@@ -1,42 +1,38 @@
 package dlock
 
-import "context"
+import (
+	"context"
 
-// Backend names the tier that granted a hold: BackendRedis, or a Fallback's
-// Backend ("mysql", "postgres").
-const BackendRedis = "redis"
+	"github.com/dlock-dev/dlock/internal/lease"
+)
+
+// BackendRedis names the Redis tier in a Grant's Backend; a Fallback names
+// its own ("mysql", "postgres").
+const BackendRedis = lease.BackendRedis
 
 // Grant describes the hold a context carries: the context WithLock passes to
-// its fn, or one made by ContextWithGrant. A Grant is a value; safe to copy
-// and share.
-type Grant struct {
-	Name    string // the lock name
-	Token   uint64 // the hold's fencing token
-	Backend string // which tier granted it: BackendRedis, "mysql", "postgres"
-}
-
-type grantKey struct{}
+// its fn, or one made by ContextWithGrant. Its fields are Name (the lock
+// name), Token (the hold's fencing token) and Backend (which tier granted
+// it). A Grant is a value; safe to copy and share.
+type Grant = lease.Grant
 
 // ContextWithGrant returns a copy of ctx that carries g, for GrantFrom and
 // TokenFrom. dlock attaches the grant itself to the context WithLock passes
 // to fn; Fallback implementations use this to do the same. Safe for
 // concurrent use.
 func ContextWithGrant(ctx context.Context, g Grant) context.Context {
-	return context.WithValue(ctx, grantKey{}, g)
+	return lease.ContextWithGrant(ctx, g)
 }
 
 // GrantFrom returns the innermost grant ctx carries, and whether it carries
 // one. Safe for concurrent use.
-func GrantFrom(ctx context.Context) (Grant, bool) {
-	g, ok := ctx.Value(grantKey{}).(Grant)
-	return g, ok
-}
+func GrantFrom(ctx context.Context) (Grant, bool) { return lease.GrantFrom(ctx) }
 
 // TokenFrom returns the fencing token of the innermost grant ctx carries, or
 // 0 when it carries none. Pass it to the resource the lock protects and have
 // the resource reject a write whose token is lower than one it has seen.
 // Safe for concurrent use.
 func TokenFrom(ctx context.Context) uint64 {
-	g, _ := GrantFrom(ctx)
+	g, _ := lease.GrantFrom(ctx)
 	return g.Token
 }

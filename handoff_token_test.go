@@ -1,6 +1,8 @@
 package dlock
 
 import (
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/wire"
 	"testing"
 	"time"
 
@@ -17,8 +19,8 @@ func TestHandoffTokenAfterTheSequenceEnded(t *testing.T) {
 	rdb := rdbFor(t, r)
 	ks := keys.ForMutex("tok:seq-ended")
 	k := []string{ks.Lock, ks.Fence, ks.Queue}
-	acq := withLib(luaLib, luaAcquire)
-	rel := withLib(luaLib, luaRelease)
+	acq := wire.WithLib(kind.Source("lib.lua"), kind.Source("acquire.lua"))
+	rel := wire.WithLib(kind.Source("lib.lua"), kind.Source("release.lua"))
 	const fenceTTL = 300 // stands for the 24h sequence lifetime
 	tokA, err := rdb.Eval(ctx, acq, k, "A:1", 30000, 0, fenceTTL).Int64()
 	if err != nil {

@@ -63,7 +63,7 @@ func TestWithLockPanicReleases(t *testing.T) {
 	if l, _ := c.Mutex("panic").IsLocked(ctxT(t)); l {
 		t.Fatal("lock still held after a panic in fn")
 	}
-	if c.renewer.Len() != 0 {
+	if c.e.Renewals() != 0 {
 		t.Fatal("renewal still running after a panic in fn")
 	}
 }
@@ -156,7 +156,7 @@ func TestHandoffConfirmedWithTheFullLease(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.p.Keys().Queue).Result(); return n == 1 })
 	mustUnlock(t, h)
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestHandoffConfirmedWithTheFullLease(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, "handoff-lease").Val(); ttl < 7*time.Second {
 		t.Fatalf("the handed-off hold has %v in Redis, want the 8s lease", ttl)
 	}
-	if last, err := rdb.Get(ctx, w.ks.Fence).Uint64(); err != nil || w.Token() != last {
+	if last, err := rdb.Get(ctx, w.p.Keys().Fence).Uint64(); err != nil || w.Token() != last {
 		t.Fatalf("token %d, Redis's counter %d (%v)", w.Token(), last, err)
 	}
 	mustUnlock(t, w)

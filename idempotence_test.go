@@ -49,10 +49,10 @@ func TestRepeatedQueueingQueuesOnce(t *testing.T) {
 			t.Fatal(res, err)
 		}
 	}
-	if q, _ := rdbFor(t, r).LRange(ctx, w.ks.Queue, 0, -1).Result(); len(q) != 1 || q[0] != entry {
+	if q, _ := rdbFor(t, r).LRange(ctx, w.p.Keys().Queue, 0, -1).Result(); len(q) != 1 || q[0] != entry {
 		t.Fatalf("queue after a resent queueing call = %q, want one entry", q)
 	}
-	rdbFor(t, r).Del(ctx, w.ks.Queue)
+	rdbFor(t, r).Del(ctx, w.p.Keys().Queue)
 	mustUnlock(t, h)
 }
 
@@ -68,7 +68,7 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	if err != nil || res.v[0] != 1 {
 		t.Fatal(res, err)
 	}
-	h.token = uint64(res.v[2])
+	h.TestSetToken(uint64(res.v[2]))
 	rdb.HSet(ctx, "idem-release", h.field(), 3)
 	release := func(expected int) []int64 {
 		t.Helper()
@@ -144,8 +144,8 @@ func TestAttemptFindingOwnHoldRestoresTTL(t *testing.T) {
 	rdb.HSet(ctx, "idem-claim", h.field(), 1)
 	rdb.PExpire(ctx, "idem-claim", 200*time.Millisecond) // a claim window
 	entry := "9 30000 " + h.field()
-	rdb.RPush(ctx, m.ks.Queue, entry, entry)
-	rdb.PExpire(ctx, m.ks.Queue, time.Minute)
+	rdb.RPush(ctx, m.p.Keys().Queue, entry, entry)
+	rdb.PExpire(ctx, m.p.Keys().Queue, time.Minute)
 	res, err := h.attemptRaw(ctx, 30*time.Second, 0, entry, false)
 	if err != nil || res.v[0] != 1 {
 		t.Fatal(res, err)
@@ -153,7 +153,7 @@ func TestAttemptFindingOwnHoldRestoresTTL(t *testing.T) {
 	if ttl, _ := rdb.PTTL(ctx, "idem-claim").Result(); ttl < 29*time.Second {
 		t.Fatalf("TTL after finding our own hold = %v, want the full 30s", ttl)
 	}
-	if n, _ := rdb.LLen(ctx, m.ks.Queue).Result(); n != 0 {
+	if n, _ := rdb.LLen(ctx, m.p.Keys().Queue).Result(); n != 0 {
 		t.Fatalf("%d duplicate entries left in the queue", n)
 	}
 	rdb.Del(ctx, "idem-claim")

@@ -95,7 +95,7 @@ func TestClose(t *testing.T) {
 	mustLock(t, blocker)
 	waiting := make(chan error, 1)
 	go func() { waiting <- c.Mutex("close:wait").Lock(ctx) }()
-	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, blocker.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, blocker.p.Keys().Queue).Result(); return n == 1 })
 
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

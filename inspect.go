@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/wire"
 	"sort"
 	"strconv"
 	"time"
@@ -65,7 +66,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	if err := keys.Validate(name); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if c.closed.Load() {
+	if c.e.Closed() {
 		return info, ErrClosed
 	}
 	ks := keys.For(name)
@@ -75,8 +76,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	var fence *redis.StringCmd
 	var queue *redis.StringSliceCmd
 	var writers *redis.IntCmd
-	_, _, err := roundTrip(c, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
-		return c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, _, err := wire.Go(c.e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return c.e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
 			typ = p.Type(ctx, ks.Lock)
 			fields = p.HGetAll(ctx, ks.Lock)
 			pttl = p.PTTL(ctx, ks.Lock)

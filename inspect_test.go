@@ -26,7 +26,7 @@ func TestInspect(t *testing.T) {
 	})
 	info, err = c.Inspect(ctx, "inspect:m")
 	if err != nil || !info.Locked || len(info.Holders) != 1 || info.Holders[0].Owner != m.Owner() || info.Holders[0].Count != 2 ||
-		info.Token != m.Token() || info.TTL <= 0 || !strings.HasPrefix(info.Waiters[0].Owner, w.c.ID()+":") || info.Mode != "" {
+		info.Token != m.Token() || info.TTL <= 0 || !strings.HasPrefix(info.Waiters[0].Owner, w.hd.Engine().Cfg.ClientID+":") || info.Mode != "" {
 		t.Fatalf("held lock: %+v, %v (owner %s token %d)", info, err, m.Owner(), m.Token())
 	}
 	mustUnlock(t, m)

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/lease"
 )
 
 // Locker is what every dlock lock offers: *Mutex, *FairMutex, *RWMutex (its
@@ -22,31 +24,31 @@ type Locker interface {
 type Member interface {
 	Locker
 	Name() string
-	member() *handle
+	member() *lease.Handle
 }
 
-func (m *Mutex) member() *handle {
+func (m *Mutex) member() *lease.Handle {
 	if m == nil {
 		return nil
 	}
-	return &m.handle
+	return &m.hd
 }
 
-func (f *FairMutex) member() *handle {
+func (f *FairMutex) member() *lease.Handle {
 	if f == nil {
 		return nil
 	}
-	return &f.handle
+	return &f.hd
 }
 
-func (rw *RWMutex) member() *handle {
+func (rw *RWMutex) member() *lease.Handle {
 	if rw == nil {
 		return nil
 	}
 	return &rw.w
 }
 
-func (l *readLocker) member() *handle {
+func (l *readLocker) member() *lease.Handle {
 	if l == nil || l.rw == nil {
 		return nil
 	}

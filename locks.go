@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/wire"
 	"sort"
 	"strconv"
 	"time"
@@ -38,14 +39,14 @@ func (c *Client) Locks(ctx context.Context, match string) ([]LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	if c.closed.Load() {
+	if c.e.Closed() {
 		return nil, ErrClosed
 	}
 	if match == "*" {
 		match = ""
 	}
-	f, _, err := roundTrip(c, ctx, func(ctx context.Context) (discover.Found, error) {
-		return discover.Run(ctx, c.rdb, discover.Options{Match: match, Semaphores: true})
+	f, _, err := wire.Go(c.e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
+		return discover.Run(ctx, c.e.Redis(), discover.Options{Match: match, Semaphores: true})
 	}, nil)
 	if err != nil {
 		return nil, err
@@ -97,8 +98,8 @@ func (c *Client) inspectSemaphore(ctx context.Context, name string) (LockInfo, e
 	var queue *redis.StringSliceCmd
 	var pttl *redis.DurationCmd
 	var now *redis.TimeCmd
-	_, _, err := roundTrip(c, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
-		return c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, _, err := wire.Go(c.e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return c.e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
 			now = p.Time(ctx)
 			permits = p.ZRangeWithScores(ctx, ks.Permits, 0, -1)
 			size = p.Get(ctx, ks.Size)

@@ -45,7 +45,7 @@ func TestLogging(t *testing.T) {
 	w := c.Mutex("log:wait")
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
-	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdbFor(t, r).LLen(ctx, w.p.Keys().Queue).Result(); return n == 1 })
 	if _, err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"testing"
 	"time"
 
@@ -145,20 +146,19 @@ func TestSlowGrantIsNotAFalseLoss(t *testing.T) {
 	c := newClient(t, shared, WithWatchdogTimeout(wd))
 	ctx := ctxT(t)
 	m := c.Mutex("slow-grant")
-	if !m.testEnter(ctx, true) {
+	h, ok := m.testEnter(ctx)
+	if !ok {
 		t.Fatal("gate busy")
 	}
-	h := newHold(&m.handle, nil)
 	res, err := h.attemptRaw(ctx, wd, 0, "", false)
 	if err != nil || res.v[0] != 1 {
 		t.Fatal(res, err)
 	}
 	// The reply arrived 0.7 of the watchdog after the request was sent.
 	sent := time.Now().Add(-7 * wd / 10)
-	if !h.granted(uint64(res.v[2]), sent, 0) {
+	if !h.TestGrant(uint64(res.v[2]), sent) {
 		t.Fatal("client closed")
 	}
-	m.occupy(h)
 	time.Sleep(2 * wd)
 	if err := m.Err(); err != nil {
 		t.Fatalf("a slow grant was declared lost: %v", err)
@@ -179,7 +179,7 @@ func TestHolderIsToldBeforeTheNextGrant(t *testing.T) {
 	}
 	replied := time.Now() // after the request was sent
 	h := m.current(ctx)
-	if got, max := h.validUntil, replied.Add(lease-driftMargin(lease)); got.After(max) {
+	if got, max := h.ValidUntil(), replied.Add(lease-driftMargin(lease)); got.After(max) {
 		t.Fatalf("the hold's deadline is %v after the reply, want at most %v", got.Sub(replied), lease-driftMargin(lease))
 	}
 	toldAt := make(chan time.Time, 1)
@@ -202,11 +202,11 @@ func TestHolderIsToldBeforeTheNextGrant(t *testing.T) {
 // once instead of sleeping a whole re-check interval.
 func TestWaiterRetriesAtTheEndOfTheTTL(t *testing.T) {
 	c := newClient(t, shared)
-	a := acquisition{h: newHold(&c.Mutex("ttl-end").handle, nil)}
-	if d := a.sleep(reply{n: 2, v: [3]int64{0, 0}}); d > time.Millisecond {
+	hd := &c.Mutex("ttl-end").hd
+	if d := hd.TestSleep(lease.Reply{Wait: 0}); d > time.Millisecond {
 		t.Fatalf("sleep with PTTL 0 = %v, want at most 1ms", d)
 	}
-	if d := a.sleep(reply{n: 2, v: [3]int64{0, -1}}); d != c.cfg.recheck {
+	if d := hd.TestSleep(lease.Reply{Wait: -1}); d != c.cfg.Recheck {
 		t.Fatalf("sleep with no TTL = %v, want the re-check interval", d)
 	}
 }

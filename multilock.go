@@ -58,7 +58,7 @@ func (c *Client) MultiLock(locks ...Member) *MultiLock {
 			ml.err = fmt.Errorf("%w: MultiLock member %d is nil", ErrInvalidArgument, i)
 			return ml
 		}
-		if err := l.member().nameErr; err != nil {
+		if err := l.member().NameErr(); err != nil {
 			ml.err = fmt.Errorf("%w: MultiLock member %d: %w", ErrInvalidArgument, i, err)
 			return ml
 		}
@@ -94,7 +94,7 @@ func (ml *MultiLock) check(ctx context.Context, lease time.Duration) error {
 		return ml.err
 	case lease > 0 && lease < time.Millisecond:
 		return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, lease)
-	case ml.c.closed.Load():
+	case ml.c.e.Closed():
 		return ErrClosed
 	}
 	return nil
@@ -123,7 +123,7 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 
 func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
 	start := time.Now()
-	if len(ml.c.cfg.observers) > 0 {
+	if len(ml.c.cfg.Observers) > 0 {
 		finish := ml.c.observeAcquire(ctx, KindMulti, ml.name)
 		defer func() {
 			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
@@ -162,7 +162,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		return ml.err
 	}
 	var final func(Release)
-	if len(ml.c.cfg.observers) > 0 {
+	if len(ml.c.cfg.Observers) > 0 {
 		final = ml.c.observeRelease(ctx, KindMulti, ml.name)
 	}
 	var errs []error

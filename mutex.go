@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // Mutex is a handle on a reentrant distributed lock, Redisson's RLock.
@@ -37,30 +41,31 @@ import (
 // evicted, so they learn why). A name with a hash tag T uses
 // "dlock:fence:{T}:name" and so on, so that no two names share a key.
 type Mutex struct {
-	handle
+	hd lease.Handle
+	p  kind.Mutex
 }
 
 // Mutex returns a handle on the reentrant lock name. An invalid name is
 // reported by the handle's first method call.
 func (c *Client) Mutex(name string) *Mutex {
 	m := &Mutex{}
-	m.init(c, name, protoMutex)
+	m.init(c, name, false)
 	return m
 }
 
+func (m *Mutex) init(c *Client, name string, fair bool) {
+	m.hd.Init(c.e, name, &m.p)
+	if m.hd.NameErr() == nil {
+		m.p.Init(c.e, name, fair)
+	}
+}
+
 // Name returns the lock's name.
-func (m *Mutex) Name() string { return m.name }
+func (m *Mutex) Name() string { return m.hd.Name() }
 
 // Owner returns the owner field ("<client id>:<n>") of the handle's current
 // hold, or "" when it holds nothing.
-func (m *Mutex) Owner() string { return owner(&m.handle) }
-
-func owner(hd *handle) string {
-	if h := hd.lastHold(); h != nil && !hd.idle() {
-		return h.ownerField
-	}
-	return ""
-}
+func (m *Mutex) Owner() string { return m.hd.Owner() }
 
 // TryLock tries to acquire the lock, waiting up to wait for it. wait <= 0
 // makes exactly one attempt (and does not wait for another goroutine's hold
@@ -76,14 +81,14 @@ func owner(hd *handle) string {
 // call, network time included, and TryLock returns as soon as ctx is done.
 // A re-entry never waits and keeps the hold's mode.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	h, err := m.lock(ctx, lockRequest{wait: wait, lease: lease})
+	h, err := m.hd.Acquire(ctx, request(wait, lease))
 	return h != nil, err
 }
 
 // Lock acquires the lock in watchdog mode, waiting as long as it takes or
 // until ctx is done, in which case it returns ctx's cause at once.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.lock(ctx, lockRequest{forever: true})
+	_, err := m.hd.Acquire(ctx, lease.Request{Forever: true})
 	return err
 }
 
@@ -93,33 +98,35 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // cancelled when the hold ends (cause wrapping ErrLockLost when lost) or ctx
 // is done.
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	return lockContext(ctx, &m.handle, lockRequest{forever: true})
+	return lockContext(ctx, &m.hd, lease.Request{Forever: true})
 }
 
 // TryLockContext is TryLock returning the hold's context (see LockContext);
 // when the wait runs out it returns an error wrapping ErrWaitTimeout.
 func (m *Mutex) TryLockContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
-	return lockContext(ctx, &m.handle, lockRequest{wait: wait, lease: lease})
+	return lockContext(ctx, &m.hd, request(wait, lease))
 }
 
-func lockContext(ctx context.Context, hd *handle, req lockRequest) (context.Context, error) {
-	h, err := hd.lock(ctx, req)
+func request(wait, d time.Duration) lease.Request { return lease.Request{Wait: wait, Lease: d} }
+
+func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (context.Context, error) {
+	h, err := hd.Acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, hd.name, req.wait)
+		return nil, fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, hd.Name(), req.Wait)
 	}
-	if holdFrom(ctx, hd.c, hd.name) == h {
+	if lease.From(ctx, hd.Engine(), hd.Name()) == h {
 		return ctx, nil // a re-entry: ctx carries the hold already
 	}
 	parent := ctx
-	if h.outer != nil {
+	if h.Outer() != nil {
 		// A read hold taken under the write hold outlives it: its context
 		// must not end with the write hold's.
-		parent = h.outer.parent
+		parent = h.Outer().Parent()
 	}
-	hctx, _ := h.context(parent)
+	hctx, _ := h.Context(parent)
 	return hctx, nil
 }
 
@@ -133,7 +140,7 @@ func lockContext(ctx context.Context, hd *handle, req lockRequest) (context.Cont
 // wrapping ErrLockLost when the hold had been lost (the protected work may
 // have overlapped another holder's). On any error from the final release the
 // handle holds nothing afterwards: the lock expires by its TTL at the latest.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error { return m.hd.Unlock(ctx) }
 
 // ForceUnlock releases the lock whoever holds it, handing it to the next
 // queued waiter or waking Redisson-style waiters, and reports whether it was
@@ -142,48 +149,38 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx) }
 // (a Client whose message is lost, or that uses WithSpin, learns at its next
 // renewal instead).
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	return forceUnlock(ctx, &m.handle)
-}
-
-func forceUnlock(ctx context.Context, hd *handle) (bool, error) {
-	if err := hd.check(ctx, 0); err != nil {
+	if err := m.hd.Check(ctx, 0); err != nil {
 		return false, err
 	}
-	a := &hd.c.arg
-	keys := []any{hd.ks.Lock, hd.ks.Fence, hd.ks.Queue, hd.ks.Forced}
-	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
-		return scriptForce.run(ctx, hd.c, keys, a.claimMs, a.fenceTTLMs).Int64()
-	}, nil)
-	return n == 1, err
+	return m.p.Force(ctx)
 }
 
 // IsLocked reports whether any owner holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return isLocked(ctx, &m.handle) }
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return isLocked(ctx, &m.hd, m.p.Key()) }
 
-func isLocked(ctx context.Context, hd *handle) (bool, error) {
-	if err := hd.check(ctx, 0); err != nil {
+func isLocked(ctx context.Context, hd *lease.Handle, key string) (bool, error) {
+	if err := hd.Check(ctx, 0); err != nil {
 		return false, err
 	}
-	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int64, error) {
-		return hd.c.rdb.Exists(ctx, hd.ks.Lock).Result()
+	n, _, err := wire.Go(hd.Engine().Wire, ctx, func(ctx context.Context) (int64, error) {
+		return hd.Engine().Redis().Exists(ctx, key).Result()
 	}, nil)
 	return n == 1, err
 }
 
 // HoldCount returns the hold count of the hold ctx carries, or else of the
 // handle's current hold, as Redis has it (0 when there is none).
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return holdCount(ctx, &m.handle) }
-
-func holdCount(ctx context.Context, hd *handle) (int, error) {
-	if err := hd.check(ctx, 0); err != nil {
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if err := m.hd.Check(ctx, 0); err != nil {
 		return 0, err
 	}
-	h := hd.current(ctx)
+	h := m.hd.Current(ctx)
 	if h == nil {
 		return 0, nil
 	}
-	n, _, err := roundTrip(hd.c, ctx, func(ctx context.Context) (int, error) {
-		return hd.c.rdb.HGet(ctx, hd.ks.Lock, h.ownerField).Int()
+	e := m.hd.Engine()
+	n, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (int, error) {
+		return e.Redis().HGet(ctx, m.p.Key(), h.Field()).Int()
 	}, nil)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -194,11 +191,12 @@ func holdCount(ctx context.Context, hd *handle) (int, error) {
 // RemainingTTL returns the lock's remaining time to live, whoever holds it:
 // 0 when it is not held.
 func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
-	if err := m.check(ctx, 0); err != nil {
+	if err := m.hd.Check(ctx, 0); err != nil {
 		return 0, err
 	}
-	d, _, err := roundTrip(m.c, ctx, func(ctx context.Context) (time.Duration, error) {
-		return m.c.rdb.PTTL(ctx, m.ks.Lock).Result()
+	e := m.hd.Engine()
+	d, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (time.Duration, error) {
+		return e.Redis().PTTL(ctx, m.p.Key()).Result()
 	}, nil)
 	if err != nil || d < 0 {
 		return 0, err
@@ -210,14 +208,14 @@ func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
 // holds nothing. Tokens of successive holds of one name strictly increase;
 // pass the token to the resource you protect and have it reject writes that
 // carry a token lower than one it has seen.
-func (m *Mutex) Token() uint64 { return m.token() }
+func (m *Mutex) Token() uint64 { return m.hd.Token() }
 
 // Done returns a channel that is closed when the handle's current hold ends:
 // by the final Unlock, or by its loss (see Err). When the handle holds
 // nothing it returns a closed channel.
-func (m *Mutex) Done() <-chan struct{} { return m.doneCh() }
+func (m *Mutex) Done() <-chan struct{} { return m.hd.Done() }
 
 // Err returns why the handle's current or most recent hold was lost (a
 // *LossError wrapping ErrLockLost), or nil while it is held and when it
 // ended by Unlock.
-func (m *Mutex) Err() error { return m.err() }
+func (m *Mutex) Err() error { return m.hd.Err() }

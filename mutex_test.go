@@ -83,7 +83,7 @@ func TestWatchdogKeepsLockAlive(t *testing.T) {
 		t.Fatalf("hold lost: %v", m.Err())
 	}
 	mustUnlock(t, m)
-	if n := c.renewer.Len(); n != 0 {
+	if n := c.e.Renewals(); n != 0 {
 		t.Fatalf("renewer still has %d entries after the final Unlock", n)
 	}
 }
@@ -102,7 +102,7 @@ func TestWaitRunsOut(t *testing.T) {
 	if waited := time.Since(start); waited < 150*time.Millisecond {
 		t.Fatalf("gave up after %v, before the 150ms wait", waited)
 	}
-	if n, _ := rdbFor(t, r).LLen(ctx, w.ks.Queue).Result(); n != 0 {
+	if n, _ := rdbFor(t, r).LLen(ctx, w.p.Keys().Queue).Result(); n != 0 {
 		t.Fatalf("a timed-out waiter left %d queue entries", n)
 	}
 }
@@ -124,7 +124,7 @@ func TestCancelledContext(t *testing.T) {
 	if err := w.Lock(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock cancelled while waiting = %v", err)
 	}
-	if n, _ := rdbFor(t, r).LLen(ctxT(t), w.ks.Queue).Result(); n != 0 {
+	if n, _ := rdbFor(t, r).LLen(ctxT(t), w.p.Keys().Queue).Result(); n != 0 {
 		t.Fatalf("a cancelled waiter left %d queue entries", n)
 	}
 	if w.Token() != 0 {
@@ -194,7 +194,7 @@ func TestLayoutIsRedissons(t *testing.T) {
 	if ttl, _ := rdb.PTTL(ctx, "layout").Result(); ttl <= 0 {
 		t.Fatalf("lock PTTL = %v", ttl)
 	}
-	if ttl, _ := rdb.PTTL(ctx, m.ks.Fence).Result(); ttl <= 0 {
+	if ttl, _ := rdb.PTTL(ctx, m.p.Keys().Fence).Result(); ttl <= 0 {
 		t.Fatalf("fence key PTTL = %v, want a TTL", ttl)
 	}
 	mustUnlock(t, m)

@@ -1,90 +1,51 @@
 package dlock
 
-import (
-	"context"
-	"time"
-)
+import "github.com/dlock-dev/dlock/internal/lease"
 
 // Kind names a lock type in observations.
-type Kind string
+type Kind = lease.Kind
 
 // Lock kinds reported to an Observer.
 const (
-	KindMutex Kind = "mutex"
-	KindFair  Kind = "fair"  // FairMutex
-	KindRead  Kind = "read"  // RWMutex, read side
-	KindWrite Kind = "write" // RWMutex, write side
-	KindMulti Kind = "multi" // MultiLock, as a whole (members report their own)
+	KindMutex     = lease.KindMutex
+	KindFair      = lease.KindFair      // FairMutex
+	KindRead      = lease.KindRead      // RWMutex, read side
+	KindWrite     = lease.KindWrite     // RWMutex, write side
+	KindMulti     = lease.KindMulti     // MultiLock, as a whole (members report their own)
+	KindSemaphore = lease.KindSemaphore // a Semaphore's permit
 )
 
-// Acquisition describes one attempt to take a lock, reported when it ends.
-type Acquisition struct {
-	Kind     Kind
-	Name     string
-	Acquired bool // the lock was granted
-	TimedOut bool // the wait ran out (not an error)
-	// Acquired false, TimedOut false and Err nil: the lock was taken and the
-	// caller did not wait (TryLock with wait <= 0).
-	Err     error         // infrastructure failure or cancelled context
-	Waited  time.Duration // from the call to its outcome
-	Reentry bool          // a re-entry of a lock the handle already held
-	Backend string        // the tier asked: BackendRedis, or a Fallback's Backend
-}
+// Acquisition describes one attempt to take a lock or permit, reported when
+// it ends: Kind, Name, Acquired, TimedOut (the wait ran out; not an error),
+// Err (an infrastructure failure or a cancelled context), Waited, Reentry
+// and Backend (BackendRedis, or a Fallback's). Acquired false, TimedOut
+// false and Err nil: the lock was taken and the caller did not wait.
+type Acquisition = lease.Acquisition
 
-// Release describes one Unlock, reported when it ends.
-type Release struct {
-	Kind  Kind
-	Name  string
-	Final bool          // the hold count reached zero: the lock was released
-	Held  time.Duration // for a final release, how long the lock was held
-	Err   error         // the release failed, or the hold had been lost
-}
+// Release describes one Unlock, reported when it ends: Kind, Name, Final
+// (the hold count reached zero), Held (for a final release, how long the
+// lock was held) and Err.
+type Release = lease.Release
 
 // Observer is told what a Client's locks do. dlockprom implements it for
 // Prometheus. Methods are called synchronously from lock operations and the
 // watchdog, possibly concurrently: they must be safe for concurrent use and
 // must not block or call back into the Client. Embed NopObserver to stay
-// compatible when methods are added.
-type Observer interface {
-	// AcquireStarted is called when an acquisition begins. The returned
-	// function, if not nil, is called exactly once with the outcome; ctx is
-	// the caller's, for tracing.
-	AcquireStarted(ctx context.Context, kind Kind, name string) func(Acquisition)
-	// ReleaseStarted is called when an Unlock begins. The returned function,
-	// if not nil, is called exactly once with the outcome; an Unlock that
-	// released nothing (ErrNotHeld, ErrClosed) reports Final false and its
-	// error.
-	ReleaseStarted(ctx context.Context, kind Kind, name string) func(Release)
-	// Lost is called when a hold ends without Unlock.
-	Lost(kind Kind, name string, cause error)
-	// Renewed is called after each watchdog call, with the number of locks
-	// it carried and its error.
-	Renewed(n int, err error)
-	// FellBack is called when WithLock turns to the Fallback tier, with the
-	// Redis failure that made it (see WithFallback).
-	FellBack(kind Kind, name, backend string, reason error)
-	// BreakerChanged is called when the default circuit breaker of
-	// WithFallback changes state: "closed", "open" or "half-open".
-	BreakerChanged(state string)
-}
+// compatible when methods are added. The methods:
+//
+//   - AcquireStarted(ctx, kind, name) func(Acquisition): an acquisition
+//     begins; the returned function, if not nil, is called exactly once
+//     with the outcome. ctx is the caller's, for tracing.
+//   - ReleaseStarted(ctx, kind, name) func(Release): an Unlock begins; an
+//     Unlock that released nothing reports Final false and its error.
+//   - Lost(kind, name, cause): a hold ended without Unlock.
+//   - Renewed(n, err): after each watchdog call, with the number of locks
+//     it carried and its error.
+//   - FellBack(kind, name, backend, reason): WithLock turned to the
+//     Fallback tier, with the Redis failure that made it.
+//   - BreakerChanged(state): the default circuit breaker of WithFallback
+//     changed state: "closed", "open" or "half-open".
+type Observer = lease.Observer
 
 // NopObserver implements Observer doing nothing; embed it.
-type NopObserver struct{}
-
-// AcquireStarted implements Observer.
-func (NopObserver) AcquireStarted(context.Context, Kind, string) func(Acquisition) { return nil }
-
-// ReleaseStarted implements Observer.
-func (NopObserver) ReleaseStarted(context.Context, Kind, string) func(Release) { return nil }
-
-// Lost implements Observer.
-func (NopObserver) Lost(Kind, string, error) {}
-
-// Renewed implements Observer.
-func (NopObserver) Renewed(int, error) {}
-
-// FellBack implements Observer.
-func (NopObserver) FellBack(Kind, string, string, error) {}
-
-// BreakerChanged implements Observer.
-func (NopObserver) BreakerChanged(string) {}
+type NopObserver = lease.NopObserver

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"log/slog"
 	"time"
 )
@@ -9,37 +10,24 @@ import (
 // Option configures a Client. Options are applied by New in order.
 type Option func(*config) error
 
+// config is the engine's configuration and what only the public face uses.
 type config struct {
-	watchdog       time.Duration
-	logger         *slog.Logger
-	observers      []Observer
-	clientID       string
-	claim          time.Duration
-	recheck        time.Duration
-	linger         time.Duration
-	fenceTTL       time.Duration
-	closeTimeout   time.Duration // bounds Close
-	cleanupTimeout time.Duration // bounds each detached cleanup
-	replicas       int           // > 0: WithReplicaAck
-	replicaTimeout time.Duration
-	maxHold        time.Duration // > 0: WithMaxHold
-	spinMin        time.Duration // > 0: spin mode
-	spinMax        time.Duration
-	fallback       Fallback // WithFallback
-	fallbackCfg    fallbackConfig
+	lease.Config
+	fallback    Fallback // WithFallback
+	fallbackCfg fallbackConfig
 }
 
 func defaultConfig() config {
-	return config{
-		watchdog:       30 * time.Second,
-		logger:         slog.New(slog.DiscardHandler),
-		claim:          2 * time.Second,
-		recheck:        3 * time.Second,
-		linger:         2 * time.Second,
-		fenceTTL:       24 * time.Hour,
-		closeTimeout:   5 * time.Second,
-		cleanupTimeout: 5 * time.Second,
-	}
+	return config{Config: lease.Config{
+		Watchdog:       30 * time.Second,
+		Logger:         slog.New(slog.DiscardHandler),
+		Claim:          2 * time.Second,
+		Recheck:        3 * time.Second,
+		Linger:         2 * time.Second,
+		FenceTTL:       24 * time.Hour,
+		CloseTimeout:   5 * time.Second,
+		CleanupTimeout: 5 * time.Second,
+	}}
 }
 
 // WithMaxHold sets how long any lock hold of the Client may last (see
@@ -51,7 +39,7 @@ func WithMaxHold(d time.Duration) Option {
 		if d < 0 {
 			return fmt.Errorf("%w: max hold %v is negative", ErrInvalidArgument, d)
 		}
-		c.maxHold = d
+		c.MaxHold = d
 		return nil
 	}
 }
@@ -71,7 +59,7 @@ func WithWatchdogTimeout(d time.Duration) Option {
 		if d < MinWatchdogTimeout {
 			return fmt.Errorf("%w: watchdog timeout %v is shorter than %v", ErrInvalidArgument, d, MinWatchdogTimeout)
 		}
-		c.watchdog = d
+		c.Watchdog = d
 		return nil
 	}
 }
@@ -83,7 +71,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
 		}
-		c.logger = l
+		c.Logger = l
 		return nil
 	}
 }
@@ -95,7 +83,7 @@ func WithObserver(o Observer) Option {
 		if o == nil {
 			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
 		}
-		c.observers = append(c.observers, o)
+		c.Observers = append(c.Observers, o)
 		return nil
 	}
 }
@@ -114,7 +102,7 @@ func WithClientID(id string) Option {
 				return fmt.Errorf("%w: client id %q contains a space, ':' or a control character", ErrInvalidArgument, id)
 			}
 		}
-		c.clientID = id
+		c.ClientID = id
 		return nil
 	}
 }
@@ -127,7 +115,7 @@ func WithHandoffClaim(d time.Duration) Option {
 		if d < 10*time.Millisecond {
 			return fmt.Errorf("%w: hand-off claim %v is shorter than 10ms", ErrInvalidArgument, d)
 		}
-		c.claim = d
+		c.Claim = d
 		return nil
 	}
 }
@@ -141,7 +129,7 @@ func WithCloseTimeout(d time.Duration) Option {
 		if d <= 0 {
 			return fmt.Errorf("%w: close timeout must be positive", ErrInvalidArgument)
 		}
-		c.closeTimeout = d
+		c.CloseTimeout = d
 		return nil
 	}
 }
@@ -156,7 +144,7 @@ func WithCleanupTimeout(d time.Duration) Option {
 		if d <= 0 {
 			return fmt.Errorf("%w: cleanup timeout must be positive", ErrInvalidArgument)
 		}
-		c.cleanupTimeout = d
+		c.CleanupTimeout = d
 		return nil
 	}
 }
@@ -165,7 +153,7 @@ func WithCleanupTimeout(d time.Duration) Option {
 // 3s); tests shorten or lengthen it.
 func withRecheck(d time.Duration) Option {
 	return func(c *config) error {
-		c.recheck = d
+		c.Recheck = d
 		return nil
 	}
 }
@@ -183,7 +171,28 @@ func WithSpin(min, max time.Duration) Option {
 		if min < time.Microsecond*100 || max < min || max > MaxSpinBackoff {
 			return fmt.Errorf("%w: spin backoff needs 100µs <= min <= max <= %v, got %v and %v", ErrInvalidArgument, MaxSpinBackoff, min, max)
 		}
-		c.spinMin, c.spinMax = min, max
+		c.SpinMin, c.SpinMax = min, max
+		return nil
+	}
+}
+
+// WithReplicaAck makes a grant count only once at least n replicas have it.
+// After every new hold (not a re-entry), dlock writes to the lock key once
+// more and sends WAIT n timeout on the same connection; Redis replicates in
+// order, so a replica that acknowledged that write also has the grant. If
+// fewer than n replicas acknowledge within timeout, the hold is released and
+// the acquisition fails with an error wrapping ErrNotReplicated.
+//
+// This narrows, but does not close, the window in which a failover loses a
+// lock: a grant acknowledged by n replicas survives the promotion of any of
+// them, but Redis replication stays asynchronous (see the package doc). It
+// costs one round trip and the replication delay per grant. Default: off.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if n < 1 || timeout <= 0 {
+			return fmt.Errorf("%w: replica ack needs n >= 1 and a positive timeout, got %d and %v", ErrInvalidArgument, n, timeout)
+		}
+		c.Replicas, c.ReplicaTimeout = n, timeout
 		return nil
 	}
 }

@@ -71,7 +71,7 @@ func testRedissonInterop(t *testing.T, name string) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- m.Lock(ctx) }()
-	waitFor(t, "Go waiter queued", func() bool { n, _ := rdb.LLen(ctx, m.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "Go waiter queued", func() bool { n, _ := rdb.LLen(ctx, m.p.Keys().Queue).Result(); return n == 1 })
 	javaUnlock()
 	awaitNil(t, got, 10*time.Second, "Redisson's release did not wake the dlock waiter")
 

@@ -38,7 +38,7 @@ func TestReplicaAck(t *testing.T) {
 	if l, _ := n.IsLocked(ctx); l {
 		t.Fatal("an unacknowledged grant was left held")
 	}
-	if n.Token() != 0 || short.renewer.Len() != 0 {
+	if n.Token() != 0 || short.e.Renewals() != 0 {
 		t.Fatal("an unacknowledged grant left local state behind")
 	}
 

@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
 )
 
 // RWMutex is a handle on a distributed read-write lock, Redisson's
@@ -68,15 +71,19 @@ import (
 // An RWMutex is safe for concurrent use.
 type RWMutex struct {
 	name string
-	w, r handle
+	p    kind.RWMutex
+	w, r lease.Handle
 }
 
 // RWMutex returns a handle on the read-write lock name. An invalid name is
 // reported by the first method call.
 func (c *Client) RWMutex(name string) *RWMutex {
 	rw := &RWMutex{name: name}
-	rw.w.init(c, name, writeProtocol{})
-	rw.r.init(c, name, readProtocol{})
+	rw.w.Init(c.e, name, &rw.p.Write)
+	rw.r.Init(c.e, name, &rw.p.Read)
+	if rw.w.NameErr() == nil {
+		rw.p.Init(c.e, name)
+	}
 	return rw
 }
 
@@ -87,61 +94,61 @@ func (rw *RWMutex) Name() string { return rw.name }
 // is done. See Mutex.Lock; it returns ErrUpgrade when ctx carries only a read
 // hold of the name.
 func (rw *RWMutex) Lock(ctx context.Context) error {
-	_, err := rw.w.lock(ctx, lockRequest{forever: true})
+	_, err := rw.w.Acquire(ctx, lease.Request{Forever: true})
 	return err
 }
 
 // TryLock tries to take the write side, waiting up to wait; see
 // Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	h, err := rw.w.lock(ctx, lockRequest{wait: wait, lease: lease})
+	h, err := rw.w.Acquire(ctx, request(wait, lease))
 	return h != nil, err
 }
 
 // WriteContext is TryLock returning the write hold's context; see
 // Mutex.TryLockContext.
 func (rw *RWMutex) WriteContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
-	return lockContext(ctx, &rw.w, lockRequest{wait: wait, lease: lease})
+	return lockContext(ctx, &rw.w, request(wait, lease))
 }
 
 // Unlock releases one write hold; see Mutex.Unlock.
-func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.unlock(ctx) }
+func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.Unlock(ctx) }
 
 // RLock takes the read side in watchdog mode, waiting while a writer holds
 // the lock or waits for it.
 func (rw *RWMutex) RLock(ctx context.Context) error {
-	_, err := rw.r.lock(ctx, lockRequest{forever: true})
+	_, err := rw.r.Acquire(ctx, lease.Request{Forever: true})
 	return err
 }
 
 // TryRLock tries to take the read side, waiting up to wait; wait and lease
 // mean what they mean for Mutex.TryLock.
 func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	h, err := rw.r.lock(ctx, lockRequest{wait: wait, lease: lease})
+	h, err := rw.r.Acquire(ctx, request(wait, lease))
 	return h != nil, err
 }
 
 // ReadContext is TryRLock returning the read hold's context; see
 // Mutex.TryLockContext.
 func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
-	return lockContext(ctx, &rw.r, lockRequest{wait: wait, lease: lease})
+	return lockContext(ctx, &rw.r, request(wait, lease))
 }
 
 // RUnlock releases one read hold: of the read hold ctx carries, or else of
 // the handle's most recent one; see Mutex.Unlock.
-func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.unlock(ctx) }
+func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.
-func (rw *RWMutex) Token() uint64 { return rw.w.token() }
+func (rw *RWMutex) Token() uint64 { return rw.w.Token() }
 
 // RToken returns the fencing token of the most recent read hold, or 0.
-func (rw *RWMutex) RToken() uint64 { return rw.r.token() }
+func (rw *RWMutex) RToken() uint64 { return rw.r.Token() }
 
 // Done is closed when the current write hold ends; see Mutex.Done.
-func (rw *RWMutex) Done() <-chan struct{} { return rw.w.doneCh() }
+func (rw *RWMutex) Done() <-chan struct{} { return rw.w.Done() }
 
 // Err returns why the current or last write hold was lost; see Mutex.Err.
-func (rw *RWMutex) Err() error { return rw.w.err() }
+func (rw *RWMutex) Err() error { return rw.w.Err() }
 
 // RLocker returns the read side as a Member (and so a Locker): its TryLock,
 // Lock and Unlock are TryRLock, RLock and RUnlock of this handle.
@@ -162,7 +169,7 @@ func (l *readLocker) Unlock(ctx context.Context) error { return l.rw.RUnlock(ctx
 func (l *readLocker) Token() uint64 { return l.rw.RToken() }
 
 // Done is closed when the most recent read hold ends.
-func (l *readLocker) Done() <-chan struct{} { return l.rw.r.doneCh() }
+func (l *readLocker) Done() <-chan struct{} { return l.rw.r.Done() }
 
 // Err returns why the most recent read hold was lost.
-func (l *readLocker) Err() error { return l.rw.r.err() }
+func (l *readLocker) Err() error { return l.rw.r.Err() }

@@ -29,7 +29,7 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 	}
 	rdb := rdbFor(t, r)
 	h, _ := rdb.HGetAll(ctx, "rw:share").Result()
-	if h["mode"] != "read" || h[r1.r.field()] != "1" || h[r2.r.field()] != "1" || len(h) != 3 {
+	if h["mode"] != "read" || h[r1.r.Owner()] != "1" || h[r2.r.Owner()] != "1" || len(h) != 3 {
 		t.Fatalf("hash while read-held = %v", h)
 	}
 	if err := r1.RUnlock(ctx); err != nil {
@@ -42,7 +42,7 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 		t.Fatalf("writer on a free lock: %v, %v", ok, err)
 	}
 	h, _ = rdb.HGetAll(ctx, "rw:share").Result()
-	if h["mode"] != "write" || h[w.w.field()] != "1" || len(h) != 2 {
+	if h["mode"] != "write" || h[w.w.Owner()] != "1" || len(h) != 2 {
 		t.Fatalf("hash while write-held = %v (Redisson's layout: mode, <owner>:write)", h)
 	}
 	if w.Token() <= r2.RToken() {
@@ -142,11 +142,11 @@ func TestRWCrashedReaderExpiresAlone(t *testing.T) {
 		t.Fatalf("writer while the live reader holds: %v, %v", ok, err)
 	}
 	h, _ := rdb.HGetAll(ctx, "rw:crash").Result()
-	if _, ok := h[cr.r.field()]; ok {
+	if _, ok := h[cr.r.Owner()]; ok {
 		t.Fatalf("the crashed reader's share outlived its deadline: %v", h)
 	}
-	if h[lr.r.field()] != "1" || lr.r.err() != nil {
-		t.Fatalf("the live reader's share was cut: %v, %v", h, lr.r.err())
+	if h[lr.r.Owner()] != "1" || lr.r.Err() != nil {
+		t.Fatalf("the live reader's share was cut: %v, %v", h, lr.r.Err())
 	}
 	if err := lr.RUnlock(ctx); err != nil {
 		t.Fatal(err)
@@ -191,8 +191,8 @@ func TestRWWatchdogCoversBothSides(t *testing.T) {
 			t.Fatalf("%s expired under the watchdog", name)
 		}
 	}
-	if rd.r.err() != nil || wr.Err() != nil {
-		t.Fatalf("holds lost: %v, %v", rd.r.err(), wr.Err())
+	if rd.r.Err() != nil || wr.Err() != nil {
+		t.Fatalf("holds lost: %v, %v", rd.r.Err(), wr.Err())
 	}
 	if err := rd.RUnlock(ctx); err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestRWWatchdogCoversBothSides(t *testing.T) {
 	if err := wr.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.renewer.Len(); n != 0 {
+	if n := c.e.Renewals(); n != 0 {
 		t.Fatalf("%d renewals left", n)
 	}
 }
@@ -325,7 +325,7 @@ func TestRWWriterLeaves(t *testing.T) {
 	wdone := make(chan error, 1)
 	go func() { wdone <- a.RWMutex("rw:leave").Lock(wctx) }()
 	rdb := rdbFor(t, r)
-	waitFor(t, "writer registered", func() bool { n, _ := rdb.ZCard(ctx, r1.r.ks.Writers).Result(); return n == 1 })
+	waitFor(t, "writer registered", func() bool { n, _ := rdb.ZCard(ctx, r1.p.Keys().Writers).Result(); return n == 1 })
 	r2 := b.RWMutex("rw:leave")
 	rdone := make(chan error, 1)
 	go func() { rdone <- r2.RLock(ctx) }()

@@ -252,7 +252,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	rdb := rdbFor(t, shared)
 	acquire := func(id string) []int64 {
 		t.Helper()
-		v, err := scriptSemAcquire.run(ctx, c, s.keys, id, 2, 30000, "", 12000, 2000).Int64Slice()
+		v, err := rdb.Eval(ctx, semLua("sem_acquire.lua"), semKeys(s), id, 2, 30000, "", 12000, 2000).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +260,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	}
 	release := func(id string) int64 {
 		t.Helper()
-		v, err := scriptSemRelease.run(ctx, c, s.keys, id, 2000, s.ks.Free).Int64Slice()
+		v, err := rdb.Eval(ctx, semLua("sem_release.lua"), semKeys(s), id, 2000, s.p.Keys().Free).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +272,7 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	if r := acquire("x:1"); r[0] != 1 { // resent
 		t.Fatalf("resent acquire: %v", r)
 	}
-	if n := rdb.ZCard(ctx, s.ks.Permits).Val(); n != 1 {
+	if n := rdb.ZCard(ctx, s.p.Keys().Permits).Val(); n != 1 {
 		t.Fatalf("%d permits taken after a resent acquire, want 1", n)
 	}
 	if r := acquire("y:1"); r[0] != 1 {
@@ -284,20 +284,20 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	if release("x:1") != 1 || release("x:1") != 0 { // resent
 		t.Fatal("release, resent release")
 	}
-	if n := rdb.ZCard(ctx, s.ks.Permits).Val(); n != 1 {
+	if n := rdb.ZCard(ctx, s.p.Keys().Permits).Val(); n != 1 {
 		t.Fatalf("%d permits held after a resent release, want 1 (y's)", n)
 	}
 	// A queue entry is made once however often the attempt is resent.
 	entry := keys.QueueEntry(7, 30000, "w:1")
 	for range 2 {
-		if r, err := scriptSemAcquire.run(ctx, c, s.keys, "w:1", 2, 30000, entry, 12000, 2000).Int64Slice(); err != nil || r[0] != 1 {
+		if r, err := rdb.Eval(ctx, semLua("sem_acquire.lua"), semKeys(s), "w:1", 2, 30000, entry, 12000, 2000).Int64Slice(); err != nil || r[0] != 1 {
 			t.Fatalf("acquire with a free permit: %v %v", r, err)
 		}
 	}
 	if release("y:1") != 1 || release("w:1") != 1 {
 		t.Fatal("cleanup")
 	}
-	if n := rdb.Exists(ctx, s.ks.Permits, s.ks.Size, s.ks.Queue).Val(); n != 0 {
+	if n := rdb.Exists(ctx, s.p.Keys().Permits, s.p.Keys().Size, s.p.Keys().Queue).Val(); n != 0 {
 		t.Fatalf("%d keys left after the last release", n)
 	}
 }

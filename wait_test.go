@@ -58,7 +58,7 @@ func TestWaitersShareOneConnection(t *testing.T) {
 	waitFor(t, "all waiters queued", func() bool {
 		total := int64(0)
 		for i := range names {
-			n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result()
+			n, _ := rdb.LLen(ctx, held[i].p.Keys().Queue).Result()
 			total += n
 		}
 		return total == names*perName
@@ -72,9 +72,9 @@ func TestWaitersShareOneConnection(t *testing.T) {
 		t.Errorf("%d pub/sub connections, want 2 (one per Client)", n)
 	}
 	for i := range names {
-		n, err := rdb.PubSubNumSub(ctx, held[i].channel()).Result()
-		if err != nil || n[held[i].channel()] != 1 {
-			t.Errorf("channel %s has %v subscribers (%v), want 1", held[i].channel(), n, err)
+		n, err := rdb.PubSubNumSub(ctx, chanOf(held[i])).Result()
+		if err != nil || n[chanOf(held[i])] != 1 {
+			t.Errorf("channel %s has %v subscribers (%v), want 1", chanOf(held[i]), n, err)
 		}
 	}
 	cancel()
@@ -86,7 +86,7 @@ func TestWaitersShareOneConnection(t *testing.T) {
 	// Cancelled waiters leave in the background, each by one script call.
 	for i := range names {
 		waitFor(t, "the cancelled waiters to leave "+held[i].Name(), func() bool {
-			n, _ := rdb.LLen(ctx, held[i].ks.Queue).Result()
+			n, _ := rdb.LLen(ctx, held[i].p.Keys().Queue).Result()
 			return n == 0
 		})
 		mustUnlock(t, held[i])
@@ -135,7 +135,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}()
 	}
 	rdb := rdbFor(t, r)
-	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, first.ks.Queue).Result(); return n == w })
+	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, first.p.Keys().Queue).Result(); return n == w })
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -169,13 +169,13 @@ func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
 		ms[i] = c.Mutex("foreign")
 		go func() { results <- ms[i].Lock(wctx) }()
 	}
-	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, ms[0].ks.Queue).Result(); return n == w })
+	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, ms[0].p.Keys().Queue).Result(); return n == w })
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Redisson's unlock: delete the hash, publish 0.
 	rdb.Del(ctx, "foreign")
-	rdb.Publish(ctx, ms[0].channel(), "0")
+	rdb.Publish(ctx, chanOf(ms[0]), "0")
 	select {
 	case err := <-results:
 		if err != nil {
@@ -217,7 +217,7 @@ func TestWaiterSurvivesPubSubDrop(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
 	rdb := rdbFor(t, r)
-	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.ks.Queue).Result(); return n == 1 })
+	waitFor(t, "waiter queued", func() bool { n, _ := rdb.LLen(ctx, w.p.Keys().Queue).Result(); return n == 1 })
 	first := h.Token()
 	// The kill and the release are sent back to back: the release usually
 	// lands while the waiter's connection is down (the hub reconnects after

@@ -42,8 +42,8 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 		}
 		mustUnlock(t, m)
 	}
-	if c.renewer.Len() != 0 {
-		t.Fatalf("%d renewals left after every Unlock", c.renewer.Len())
+	if c.e.Renewals() != 0 {
+		t.Fatalf("%d renewals left after every Unlock", c.e.Renewals())
 	}
 	// No renewal may follow the last Unlock.
 	if err := r.ResetStats(ctx); err != nil {

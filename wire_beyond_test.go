@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-dev/dlock/internal/kind"
 	"strings"
 	"testing"
 	"time"
@@ -13,20 +14,20 @@ import (
 func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 	// Semaphore hand-offs reach the waiter's client like a lock's, in
 	// keys.HandoffTicket's format with token 0, read from keys.QueueEntry's.
-	if !strings.Contains(luaSemLib, "publish', '"+keys.ClientChannelPrefix+"' .. cid,") {
+	if !strings.Contains(kind.Source("sem_lib.lua"), "publish', '"+keys.ClientChannelPrefix+"' .. cid,") {
 		t.Errorf("sem_lib.lua does not publish grants on %q", keys.ClientChannelPrefix+"<client id>")
 	}
-	if !strings.Contains(luaSemLib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
+	if !strings.Contains(kind.Source("sem_lib.lua"), `string.match(e, '^(%d+) (%d+) (.+)$')`) {
 		t.Error("sem_lib.lua does not read queue entries as keys.QueueEntry writes them")
 	}
-	if !strings.Contains(luaSemLib, `ticket .. ' 0 ' .. string.format('%d', claim)`) {
+	if !strings.Contains(kind.Source("sem_lib.lua"), `ticket .. ' 0 ' .. string.format('%d', claim)`) {
 		t.Error("sem_lib.lua's grant message is not \"<ticket> 0 <ttl ms>\"")
 	}
 	if tk, ok := keys.HandoffTicket("7 0 2000"); !ok || tk != 7 {
 		t.Error("a semaphore grant message does not parse as a hand-off")
 	}
 	// The election's leader field and announcement, run by the real server.
-	if !strings.Contains(luaAnnounce, "hset', KEYS[1], '"+keys.LeaderField+"',") {
+	if !strings.Contains(kind.Source("election_announce.lua"), "hset', KEYS[1], '"+keys.LeaderField+"',") {
 		t.Errorf("election_announce.lua does not write the field %q", keys.LeaderField)
 	}
 	rdb := rdbFor(t, shared)
@@ -38,7 +39,7 @@ func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 	}
 	rdb.HSet(ctx, "wire:election", "c:1", 1)
 	rdb.PExpire(ctx, "wire:election", 10*time.Second)
-	if n, err := scriptAnnounce.run(ctx, newClient(t, shared), []any{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
+	if n, err := rdb.Eval(ctx, kind.Source("election_announce.lua"), []string{"wire:election"}, "c:1", uint64(42), "v a l", "wire:changes").Int(); err != nil || n != 1 {
 		t.Fatalf("announce: %v %v", n, err)
 	}
 	stored := rdb.HGet(ctx, "wire:election", keys.LeaderField).Val()
@@ -53,7 +54,7 @@ func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 		t.Errorf("announcement %q", m.Payload)
 	}
 	// The renewal kind of permits.
-	if !strings.Contains(luaRenew, "kind == 's'") {
+	if !strings.Contains(kind.Source("renew.lua"), "kind == 's'") {
 		t.Error("renew.lua has no permit kind 's'")
 	}
 }

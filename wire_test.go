@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 // The wire formats and key names are defined once on the Go side; the Lua
 // scripts spell some of them out, and this test holds the two together.
 func TestLuaLiteralsAgreeWithGo(t *testing.T) {
-	lib := luaLib
+	lib := kind.Source("lib.lua")
 	// The client channel a hand-off is published on.
 	if !strings.Contains(lib, "publish('"+keys.ClientChannelPrefix+"' .. cid,") {
 		t.Errorf("lib.lua does not publish hand-offs on %q", keys.ClientChannelPrefix+"<client id>")
@@ -28,7 +30,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 			if err != nil || got != want {
 				t.Errorf("lib.lua's redisson_name(%q, %q) = %q, %v; Go says %q", prefix, name, got, err, want)
 			}
-			if !strings.Contains(lib+luaRWLib+luaForce, "'"+prefix+"'") {
+			if !strings.Contains(lib+kind.Source("rwlib.lua")+kind.Source("force.lua"), "'"+prefix+"'") {
 				t.Errorf("no script names %q", prefix)
 			}
 		}
@@ -49,7 +51,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 		`string.match(first, '^(%d+) (%d+) (.+)$')`,
 		`string.match(field, '^(.*):')`,
 	} {
-		if !strings.Contains(luaRelease, want) {
+		if !strings.Contains(kind.Source("release.lua"), want) {
 			t.Errorf("release.lua's inline hand-off lacks %q (lib.lua's hand_off, keys.QueueEntry, keys.HandoffTicket)", want)
 		}
 	}
@@ -75,7 +77,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	}
 	// why_gone's codes.
 	m := regexp.MustCompile(`local GONE, FORCED, DATA_LOST = (\d+), (\d+), (\d+)`).FindStringSubmatch(lib)
-	if m == nil || m[1] != fmt.Sprint(goneCode) || m[2] != fmt.Sprint(forcedCode) || m[3] != fmt.Sprint(dataLostCode) {
+	if m == nil || m[1] != fmt.Sprint(lease.CodeGone) || m[2] != fmt.Sprint(lease.CodeForced) || m[3] != fmt.Sprint(lease.CodeDataLost) {
 		t.Errorf("lib.lua's why_gone codes %v differ from goneCode, forcedCode, dataLostCode", m)
 	}
 }

@@ -4,25 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"time"
 )
 
 // LockOption configures WithLock.
 type LockOption func(*lockConfig) error
 
-type lockConfig struct {
-	wait       time.Duration
-	lease      time.Duration
-	kind       Kind   // KindMutex unless Fair, Read or Write
-	tokenFloor uint64 // TokenFloor
-	maxHold    time.Duration
-}
+// lockConfig is what LockOptions set: the request a WithLock call makes.
+type lockConfig struct{ FallbackRequest }
 
 func (c *lockConfig) setKind(k Kind) error {
-	if c.kind != KindMutex && c.kind != k {
-		return fmt.Errorf("%w: lock options %s and %s exclude each other", ErrInvalidArgument, c.kind, k)
+	if c.Kind != KindMutex && c.Kind != k {
+		return fmt.Errorf("%w: lock options %s and %s exclude each other", ErrInvalidArgument, c.Kind, k)
 	}
-	c.kind = k
+	c.Kind = k
 	return nil
 }
 
@@ -52,41 +48,49 @@ func MaxHold(d time.Duration) LockOption {
 		if d <= 0 {
 			return fmt.Errorf("%w: MaxHold %v is not positive", ErrInvalidArgument, d)
 		}
-		c.maxHold = d
+		c.MaxHold = d
 		return nil
 	}
 }
 
-// LockSettings is what a list of LockOptions comes to: the wait, the lease
-// and the lock kind WithLock uses. See ResolveLockOptions.
-type LockSettings struct {
-	Wait  time.Duration
-	Lease time.Duration // 0: watchdog mode
+// FallbackRequest is what WithLock asks of a Fallback tier: the lock, its
+// kind, how long to wait, the lease, the token floor and the hold's bound,
+// as WithLock's options set them. A FallbackRequest is a value; safe to
+// copy and share.
+type FallbackRequest struct {
+	Name  string
 	Kind  Kind          // KindMutex, KindFair, KindRead or KindWrite
-	// TokenFloor is a fencing token the grant's token must exceed (see
-	// TokenFloor); 0 when none was given.
+	Wait  time.Duration // how long to wait for the lock; 0: one attempt
+	Lease time.Duration // 0: renewed until released (watchdog mode)
+	// TokenFloor is a fencing token the grant's token must exceed, so that
+	// the tiers' tokens form one increasing order; 0 when none.
 	TokenFloor uint64
 	// MaxHold bounds how long the hold may last (see MaxHold); 0: the
 	// Client's default (WithMaxHold).
 	MaxHold time.Duration
 }
 
-// ResolveLockOptions applies opts to WithLock's defaults (DefaultWaitTime,
-// watchdog mode, KindMutex) and returns the result, or an error wrapping
-// ErrInvalidArgument for a nil, bad or conflicting option. Fallback
-// implementations use it to read the options WithLock was given. Safe for
-// concurrent use.
-func ResolveLockOptions(opts ...LockOption) (LockSettings, error) {
-	cfg := lockConfig{wait: DefaultWaitTime, kind: KindMutex}
+// RequestFor returns the request WithLock makes for the lock name with
+// opts: the options applied to WithLock's defaults (DefaultWaitTime,
+// watchdog mode, KindMutex). It fails with an error wrapping
+// ErrInvalidArgument for a nil, bad or conflicting option. A Fallback that
+// also offers WithLock of its own uses it to read the same options. Safe
+// for concurrent use.
+func RequestFor(name string, opts ...LockOption) (FallbackRequest, error) {
+	return resolve(name, opts)
+}
+
+func resolve(name string, opts []LockOption) (FallbackRequest, error) {
+	cfg := lockConfig{FallbackRequest{Name: name, Wait: DefaultWaitTime, Kind: KindMutex}}
 	for i, o := range opts {
 		if o == nil {
-			return LockSettings{}, fmt.Errorf("%w: lock option %d is nil", ErrInvalidArgument, i)
+			return FallbackRequest{}, fmt.Errorf("%w: lock option %d is nil", ErrInvalidArgument, i)
 		}
 		if err := o(&cfg); err != nil {
-			return LockSettings{}, err
+			return FallbackRequest{}, err
 		}
 	}
-	return LockSettings{Wait: cfg.wait, Lease: cfg.lease, Kind: cfg.kind, TokenFloor: cfg.tokenFloor, MaxHold: cfg.maxHold}, nil
+	return cfg.FallbackRequest, nil
 }
 
 // TokenFloor asks a Fallback tier to issue a fencing token above floor, so
@@ -95,7 +99,7 @@ func ResolveLockOptions(opts ...LockOption) (LockSettings, error) {
 // grants ignore it (their counter already follows the server clock).
 func TokenFloor(floor uint64) LockOption {
 	return func(c *lockConfig) error {
-		c.tokenFloor = max(c.tokenFloor, floor)
+		c.TokenFloor = max(c.TokenFloor, floor)
 		return nil
 	}
 }
@@ -111,7 +115,7 @@ func WaitTime(d time.Duration) LockOption {
 		if d < 0 {
 			return fmt.Errorf("%w: negative wait time %v", ErrInvalidArgument, d)
 		}
-		c.wait = d
+		c.Wait = d
 		return nil
 	}
 }
@@ -127,7 +131,7 @@ func LeaseTime(d time.Duration) LockOption {
 		if d > 0 && d < time.Millisecond {
 			return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, d)
 		}
-		c.lease = d
+		c.Lease = d
 		return nil
 	}
 }
@@ -154,47 +158,47 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	set, err := ResolveLockOptions(opts...)
+	req, err := resolve(name, opts)
 	if err != nil {
 		return err
 	}
 	if c.fallback != nil {
-		return c.fallback.withLock(ctx, name, fn, set, opts)
+		return c.fallback.withLock(ctx, req, fn)
 	}
-	return c.withRedisLock(ctx, name, fn, set)
+	return c.withRedisLock(ctx, req, fn)
 }
 
 // withRedisLock is WithLock on Redis alone.
-func (c *Client) withRedisLock(ctx context.Context, name string, fn func(context.Context) error, set LockSettings) (err error) {
-	var hd handle
-	switch set.Kind {
+func (c *Client) withRedisLock(ctx context.Context, req FallbackRequest, fn func(context.Context) error) (err error) {
+	var hd *lease.Handle
+	switch req.Kind {
 	case KindFair:
-		hd.init(c, name, protoFair)
+		hd = &c.FairMutex(req.Name).hd
 	case KindRead:
-		hd.init(c, name, readProtocol{})
+		hd = &c.RWMutex(req.Name).r
 	case KindWrite:
-		hd.init(c, name, writeProtocol{})
+		hd = &c.RWMutex(req.Name).w
 	default:
-		hd.init(c, name, protoMutex)
+		hd = &c.Mutex(req.Name).hd
 	}
-	h, err := hd.lock(ctx, lockRequest{wait: set.Wait, lease: set.Lease, maxHold: set.MaxHold})
+	h, err := hd.Acquire(ctx, lease.Request{Wait: req.Wait, Lease: req.Lease, MaxHold: req.MaxHold})
 	if err != nil {
 		return err
 	}
 	if h == nil {
-		return fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, name, set.Wait)
+		return fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, req.Name, req.Wait)
 	}
-	fctx, cancel := h.context(ctx)
+	fctx, cancel := h.Context(ctx)
 	defer cancel()
 	// Deferred, so that a panic in fn (which net/http, for one, recovers)
 	// does not leave the lock held and renewed.
 	defer func() {
-		relErr := c.releaseDetached(ctx, h, false)
+		relErr := h.Release(ctx, false)
 		if err != nil {
 			return
 		}
-		if pending := (*pendingRelease)(nil); errors.As(relErr, &pending) {
-			relErr = h.lostErr() // the release goes on; report what is known
+		if pending := (*lease.PendingRelease)(nil); errors.As(relErr, &pending) {
+			relErr = h.Err() // the release goes on; report what is known
 		}
 		err = relErr
 	}()

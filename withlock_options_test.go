@@ -130,17 +130,17 @@ func TestWithLockContextCarriesTheGrant(t *testing.T) {
 }
 
 func TestResolveLockOptions(t *testing.T) {
-	s, err := ResolveLockOptions()
-	if err != nil || s != (LockSettings{Wait: DefaultWaitTime, Kind: KindMutex}) {
+	s, err := resolve("n", nil)
+	if err != nil || s != (FallbackRequest{Name: "n", Wait: DefaultWaitTime, Kind: KindMutex}) {
 		t.Fatalf("defaults = %+v, %v", s, err)
 	}
-	s, err = ResolveLockOptions(WaitTime(time.Second), LeaseTime(2*time.Second), Read())
-	if err != nil || s != (LockSettings{Wait: time.Second, Lease: 2 * time.Second, Kind: KindRead}) {
+	s, err = resolve("n", []LockOption{WaitTime(time.Second), LeaseTime(2 * time.Second), Read()})
+	if err != nil || s != (FallbackRequest{Name: "n", Wait: time.Second, Lease: 2 * time.Second, Kind: KindRead}) {
 		t.Fatalf("resolved = %+v, %v", s, err)
 	}
 	for _, bad := range [][]LockOption{{nil}, {WaitTime(-1)}, {Read(), Write()}} {
-		if _, err := ResolveLockOptions(bad...); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("ResolveLockOptions(%d bad options) = %v, want ErrInvalidArgument", len(bad), err)
+		if _, err := resolve("n", bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("resolve(%d bad options) = %v, want ErrInvalidArgument", len(bad), err)
 		}
 	}
 }

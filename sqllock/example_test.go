@@ -55,7 +55,7 @@ func ExampleLocker_Acquire() {
 	ctx := context.Background()
 	// The floor: the last token another tier granted for this name.
 	const lastRedisToken = 1 << 60
-	h, err := locker.Acquire(ctx, "report:daily", dlock.LockSettings{Wait: 5 * time.Second}, lastRedisToken)
+	h, err := locker.Acquire(ctx, "report:daily", dlock.FallbackRequest{Wait: 5 * time.Second}, lastRedisToken)
 	if err != nil {
 		panic(err)
 	}

@@ -26,7 +26,7 @@ func TestFencingTokens(t *testing.T) {
 		grant := func(l *sqllock.Locker, floor uint64) uint64 {
 			t.Helper()
 			clock := uint64(b.now(t, admin))
-			h, err := l.Acquire(ctx, name, dlock.LockSettings{Wait: 5 * time.Second}, floor)
+			h, err := l.Acquire(ctx, name, dlock.FallbackRequest{Wait: 5 * time.Second}, floor)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestFenceTable(t *testing.T) {
 			if err := l.Setup(ctx); err != nil {
 				t.Fatal(err)
 			}
-			h, err := l.Acquire(ctx, "fence-table", dlock.LockSettings{}, 0)
+			h, err := l.Acquire(ctx, "fence-table", dlock.FallbackRequest{}, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

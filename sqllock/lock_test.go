@@ -57,11 +57,11 @@ func TestBadInput(t *testing.T) {
 			"bad wait":   l.WithLock(ctx, "n", fn, dlock.WaitTime(-1)),
 			"two kinds":  l.WithLock(ctx, "n", fn, dlock.Read(), dlock.Write()),
 		}
-		_, err := l.Acquire(ctx, "n", dlock.LockSettings{Kind: dlock.KindMulti}, 0)
+		_, err := l.Acquire(ctx, "n", dlock.FallbackRequest{Kind: dlock.KindMulti}, 0)
 		invalid["multi kind"] = err
-		_, err = l.Acquire(ctx, "n", dlock.LockSettings{Lease: -1}, 0)
+		_, err = l.Acquire(ctx, "n", dlock.FallbackRequest{Lease: -1}, 0)
 		invalid["negative lease"] = err
-		_, err = l.Acquire(ctx, "n", dlock.LockSettings{}, 1<<63)
+		_, err = l.Acquire(ctx, "n", dlock.FallbackRequest{}, 1<<63)
 		invalid["floor"] = err
 		for what, err := range invalid {
 			if !errors.Is(err, dlock.ErrInvalidArgument) {
@@ -83,7 +83,7 @@ func TestBadInput(t *testing.T) {
 		}
 		start := time.Now()
 		closed := []error{l.WithLock(ctx, "n", fn), l.Setup(ctx)}
-		_, err = l.Acquire(ctx, "n", dlock.LockSettings{}, 0)
+		_, err = l.Acquire(ctx, "n", dlock.FallbackRequest{}, 0)
 		closed = append(closed, err)
 		for i, err := range closed {
 			if !errors.Is(err, dlock.ErrClosed) {
@@ -176,7 +176,7 @@ func TestSessionPinning(t *testing.T) {
 		for round := 0; round < 5; round++ {
 			holds := make([]*sqllock.Hold, len(names))
 			for i, n := range names {
-				h, err := l.Acquire(ctx, n, dlock.LockSettings{}, 0)
+				h, err := l.Acquire(ctx, n, dlock.FallbackRequest{}, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -226,7 +226,7 @@ func TestNameMapping(t *testing.T) {
 		var holds []*sqllock.Hold
 		for _, n := range names {
 			// Wait 0: a clash with an earlier name would fail at once.
-			h, err := l.Acquire(ctx, n, dlock.LockSettings{}, 0)
+			h, err := l.Acquire(ctx, n, dlock.FallbackRequest{}, 0)
 			if err != nil {
 				t.Fatalf("name of %d bytes %.20q: %v", len(n), n, err)
 			}
@@ -315,16 +315,16 @@ func TestReentryAndKinds(t *testing.T) {
 			t.Fatalf("write inside read: %v", err)
 		}
 
-		r1, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: dlock.KindRead}, 0)
+		r1, err := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: dlock.KindRead}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: dlock.KindRead}, 0)
+		r2, err := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: dlock.KindRead}, 0)
 		if b.name == "postgres" {
 			if err != nil {
 				t.Fatalf("second reader: %v", err)
 			}
-			if _, werr := l.Acquire(ctx, name, dlock.LockSettings{Kind: dlock.KindWrite}, 0); !errors.Is(werr, dlock.ErrWaitTimeout) {
+			if _, werr := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: dlock.KindWrite}, 0); !errors.Is(werr, dlock.ErrWaitTimeout) {
 				t.Fatalf("writer beside readers: %v", werr)
 			}
 			if err := r2.Release(ctx); err != nil {
@@ -335,19 +335,19 @@ func TestReentryAndKinds(t *testing.T) {
 		}
 		// Mutex, Fair and Write all exclude a reader and each other.
 		for _, k := range []dlock.Kind{dlock.KindMutex, dlock.KindFair, dlock.KindWrite} {
-			if _, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
+			if _, err := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
 				t.Fatalf("%s beside a reader: %v", k, err)
 			}
 		}
 		if err := r1.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		w, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: dlock.KindFair}, 0)
+		w, err := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: dlock.KindFair}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range []dlock.Kind{dlock.KindMutex, dlock.KindWrite, dlock.KindRead} {
-			if _, err := l.Acquire(ctx, name, dlock.LockSettings{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
+			if _, err := l.Acquire(ctx, name, dlock.FallbackRequest{Kind: k}, 0); !errors.Is(err, dlock.ErrWaitTimeout) {
 				t.Fatalf("%s beside a fair holder: %v", k, err)
 			}
 		}
@@ -369,7 +369,7 @@ func TestWaitTimeout(t *testing.T) {
 		l1, l2 := b.newLocker(t, db1), b.newLocker(t, db2)
 		ctx := ctxT(t, 30*time.Second)
 		name := "timeout:" + b.name
-		h, err := l1.Acquire(ctx, name, dlock.LockSettings{}, 0)
+		h, err := l1.Acquire(ctx, name, dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +407,7 @@ func TestWaitIsHandedOver(t *testing.T) {
 		l1, l2 := b.newLocker(t, db1), b.newLocker(t, db2)
 		ctx := ctxT(t, 60*time.Second)
 		name := "handover:" + b.name
-		h, err := l1.Acquire(ctx, name, dlock.LockSettings{}, 0)
+		h, err := l1.Acquire(ctx, name, dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -161,7 +161,7 @@ func (l *Locker) Close() error {
 
 // validate checks Acquire's arguments; it returns whether the lock is
 // shared.
-func (l *Locker) validate(name string, set dlock.LockSettings, floor uint64) (bool, error) {
+func (l *Locker) validate(name string, set dlock.FallbackRequest, floor uint64) (bool, error) {
 	if name == "" {
 		return false, fmt.Errorf("%w: empty lock name", dlock.ErrInvalidArgument)
 	}
@@ -206,7 +206,7 @@ var errUnresponsive = errors.New("sqllock: database did not answer in time")
 // database does; otherwise the database's error. Every error leaves no lock
 // and no pinned session behind (an abandoned session is ended on the server
 // in the background, within OpTimeout). Safe for concurrent use.
-func (l *Locker) Acquire(ctx context.Context, name string, set dlock.LockSettings, floor uint64) (*Hold, error) {
+func (l *Locker) Acquire(ctx context.Context, name string, set dlock.FallbackRequest, floor uint64) (*Hold, error) {
 	shared, err := l.validate(name, set, floor)
 	if err != nil {
 		return nil, err
@@ -238,7 +238,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, set dlock.LockSetting
 
 // acquire does Acquire's work once a session slot is taken; it gives the
 // slot back on failure.
-func (l *Locker) acquire(ctx context.Context, name string, set dlock.LockSettings, shared bool, floor uint64) (*Hold, error) {
+func (l *Locker) acquire(ctx context.Context, name string, set dlock.FallbackRequest, shared bool, floor uint64) (*Hold, error) {
 	start := time.Now()
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

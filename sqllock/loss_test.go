@@ -25,7 +25,7 @@ func TestKilledSession(t *testing.T) {
 		ctx := ctxT(t, 30*time.Second)
 		name := "killed:" + b.name
 
-		h, err := l.Acquire(ctx, name, dlock.LockSettings{}, 0)
+		h, err := l.Acquire(ctx, name, dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,22 +74,22 @@ func TestSessionCap(t *testing.T) {
 		blocker := b.newLocker(t, other)
 		ctx := ctxT(t, 60*time.Second)
 
-		h1, err := l.Acquire(ctx, "cap:1", dlock.LockSettings{}, 0)
+		h1, err := l.Acquire(ctx, "cap:1", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h2, err := l.Acquire(ctx, "cap:2", dlock.LockSettings{}, 0)
+		h2, err := l.Acquire(ctx, "cap:2", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The third session waits on a lock held elsewhere.
-		hb, err := blocker.Acquire(ctx, "cap:3", dlock.LockSettings{}, 0)
+		hb, err := blocker.Acquire(ctx, "cap:3", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waiting := make(chan error, 1)
 		go func() {
-			h, err := l.Acquire(ctx, "cap:3", dlock.LockSettings{Wait: 30 * time.Second}, 0)
+			h, err := l.Acquire(ctx, "cap:3", dlock.FallbackRequest{Wait: 30 * time.Second}, 0)
 			if err == nil {
 				err = h.Release(ctx)
 			}
@@ -97,7 +97,7 @@ func TestSessionCap(t *testing.T) {
 		}()
 		eventually(t, 10*time.Second, "waiter pinned a session", func() bool { return db.Stats().InUse == 3 })
 
-		_, err = l.Acquire(ctx, "cap:4", dlock.LockSettings{Wait: 10 * time.Second}, 0)
+		_, err = l.Acquire(ctx, "cap:4", dlock.FallbackRequest{Wait: 10 * time.Second}, 0)
 		if !errors.Is(err, sqllock.ErrTooManySessions) || errors.Is(err, dlock.ErrWaitTimeout) {
 			t.Fatalf("fourth session: %v", err)
 		}
@@ -146,7 +146,7 @@ func TestCancelWhileBlocked(t *testing.T) {
 		l1, l2 := b.newLocker(t, db1), b.newLocker(t, db2)
 		ctx := ctxT(t, 60*time.Second)
 		name := "blocked:" + b.name
-		h, err := l1.Acquire(ctx, name, dlock.LockSettings{}, 0)
+		h, err := l1.Acquire(ctx, name, dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,11 +229,11 @@ func TestPausedServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := ctxT(t, 60*time.Second)
-		h, err := l.Acquire(ctx, "paused", dlock.LockSettings{}, 0)
+		h, err := l.Acquire(ctx, "paused", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h2, err := l.Acquire(ctx, "paused:2", dlock.LockSettings{}, 0)
+		h2, err := l.Acquire(ctx, "paused:2", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +305,7 @@ func TestClose(t *testing.T) {
 		}
 		blocker := b.newLocker(t, other)
 		ctx := ctxT(t, 60*time.Second)
-		hb, err := blocker.Acquire(ctx, "close:blocked", dlock.LockSettings{}, 0)
+		hb, err := blocker.Acquire(ctx, "close:blocked", dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func TestKillEndsAbandonedSession(t *testing.T) {
 		l1, l2 := b.newLocker(t, db1), b.newLocker(t, db2)
 		ctx := ctxT(t, 60*time.Second)
 		name := "abandon:" + b.name
-		h, err := l1.Acquire(ctx, name, dlock.LockSettings{}, 0)
+		h, err := l1.Acquire(ctx, name, dlock.FallbackRequest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

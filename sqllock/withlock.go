@@ -30,7 +30,7 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 }
 
 // WithLock runs fn while holding the lock name, like dlock.Client.WithLock:
-// it reads opts with dlock.ResolveLockOptions (wait, default
+// it reads opts with dlock.RequestFor (wait, default
 // dlock.DefaultWaitTime; lease; kind: dlock.Read is shared on PostgreSQL and
 // exclusive on MySQL, the others exclusive), takes the lock with Acquire,
 // and runs fn with a context that carries the grant (dlock.GrantFrom,
@@ -60,13 +60,21 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 // that grant's token. A dlock.Client built WithFallback passes both.
 //
 // Safe for concurrent use.
-func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.LockOption) (err error) {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", dlock.ErrInvalidArgument)
-	}
-	set, err := dlock.ResolveLockOptions(opts...)
+func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.LockOption) error {
+	req, err := dlock.RequestFor(name, opts...)
 	if err != nil {
 		return err
+	}
+	return l.Run(ctx, req, fn)
+}
+
+// Run is WithLock with the request made already: it implements
+// dlock.Fallback, whose Client passes the request its own WithLock made.
+// Safe for concurrent use.
+func (l *Locker) Run(ctx context.Context, set dlock.FallbackRequest, fn func(context.Context) error) (err error) {
+	name := set.Name
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", dlock.ErrInvalidArgument)
 	}
 	if _, err := l.validate(name, set, 0); err != nil {
 		return err

@@ -48,6 +48,8 @@ type Entry struct {
 	Field  string        // the owner's field in the lock hash
 	Kind   byte          // what the renewal does, for Func ('m', 'r', 'w' in dlock)
 	Set    string        // a second key of the same slot Func may need ("" if none)
+	Fence  string        // the lock's fencing counter ("" if none)
+	Forced string        // the lock's record of forced-out owners ("" if none)
 	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
 

@@ -1,11 +1,9 @@
-package dlock
+package lease
 
 import (
 	"context"
 	"math/rand/v2"
 	"time"
-
-	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // spin is run in spin mode: attempts separated by a jittered exponential
@@ -13,33 +11,28 @@ import (
 // queues an entry with ticket 0 (nobody listens for its hand-off message)
 // and finds a hand-off by polling, so arrival order still holds.
 func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
-	c := a.h.c
+	e := a.h.e
 	if a.canWait {
-		switch p := a.h.p.(type) {
-		case mutexProtocol:
-			if p.fair {
-				a.q.entry = keys.QueueEntry(0, ms(a.ttl), a.h.ownerField)
-			}
-		case writeProtocol:
-			a.q.entry = "w"
-		}
+		// Ticket 0: nobody listens for a hand-off message; the kinds that
+		// keep an order queue all the same and find a hand-off by polling.
+		a.q.Entry = a.h.p.Entry(0, a.ttl, a.h)
 	}
-	backoff := c.cfg.spinMin
+	backoff := e.Cfg.SpinMin
 	var timer *time.Timer
 	for {
 		r, sent, left, err := a.try(waitCtx)
 		if err != nil {
 			return a.failed(ctx, err, left)
 		}
-		if r.v[0] == 1 {
-			return a.grant(ctx, uint64(r.v[2]), sent)
+		if r.Granted {
+			return a.grant(ctx, r.Token, sent)
 		}
 		if !a.canWait {
 			return false, nil
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
-		if pttl := time.Duration(r.v[1]) * time.Millisecond; pttl >= 0 {
-			d = min(d, pttl)
+		if r.Wait >= 0 {
+			d = min(d, r.Wait)
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -57,11 +50,11 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 			a.timedOut = true
 			return false, nil
 		}
-		if c.closed.Load() {
+		if e.closed.Load() {
 			a.giveUp()
 			return false, ErrClosed
 		}
 		// Doubling without overflow: spinMax is at most MaxSpinBackoff.
-		backoff = min(backoff*2, c.cfg.spinMax)
+		backoff = min(backoff*2, e.Cfg.SpinMax)
 	}
 }

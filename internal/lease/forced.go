@@ -1,4 +1,4 @@
-package dlock
+package lease
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 
 // forced is the hub's callback for a "forced" message about lockKey. It runs
 // on the hub's reader goroutine and does not block.
-func (c *Client) forced(lockKey string) {
-	c.mu.Lock()
-	hs := make([]*hold, 0, len(c.byLock[lockKey]))
-	for h := range c.byLock[lockKey] {
+func (e *Engine) forced(lockKey string) {
+	e.mu.Lock()
+	hs := make([]*Lease, 0, len(e.byKey[lockKey]))
+	for h := range e.byKey[lockKey] {
 		hs = append(hs, h)
 	}
-	c.mu.Unlock()
+	e.mu.Unlock()
 	for _, h := range hs {
 		h.recheck()
 	}
@@ -32,11 +32,11 @@ func (c *Client) forced(lockKey string) {
 // ErrForced. At most one recheck of a hold is in flight; messages that come
 // meanwhile are answered by it. A recheck that meets a release or re-entry
 // in flight is skipped: that call's reply tells the same.
-func (h *hold) recheck() {
+func (h *Lease) recheck() {
 	if !h.rechecking.CompareAndSwap(false, true) {
 		return
 	}
-	h.c.detach(func(ctx context.Context) {
+	h.e.Detach(func(ctx context.Context) {
 		defer h.rechecking.Store(false)
 		if !h.tryTurn() {
 			return
@@ -45,7 +45,7 @@ func (h *hold) recheck() {
 		h.mu.Lock()
 		ended, lease, until := h.ended, h.lease, h.until
 		h.mu.Unlock()
-		ttl := h.c.cfg.watchdog
+		ttl := h.e.Cfg.Watchdog
 		if lease > 0 {
 			// A fixed lease keeps its end: the renewal only asks.
 			ttl = time.Until(until)
@@ -67,13 +67,11 @@ func (h *hold) recheck() {
 
 // renewOnce renews h's lock for ttl with one call of its own, outside the
 // watchdog's batches, and returns the renewal's code and when it was sent.
-func (h *hold) renewOnce(ctx context.Context, ttl time.Duration) (int64, time.Time, error) {
-	e := renew.Entry{Key: h.ks.Lock, Field: h.ownerField, Kind: h.p.renewKind(), Holder: h}
-	if e.Kind == 'r' {
-		e.Set = h.ks.Readers
-	}
+func (h *Lease) renewOnce(ctx context.Context, ttl time.Duration) (int64, time.Time, error) {
+	e := h.p.Renewal(h)
+	e.Holder = h
 	sent := time.Now()
-	codes, err := h.c.renewBatch(ctx, []*renew.Entry{&e}, []int64{ms(ttl)})
+	codes, err := h.e.Cfg.Renew(ctx, h.e.Wire, []*renew.Entry{&e}, []int64{ms(ttl)})
 	if err != nil {
 		return 0, sent, err
 	}

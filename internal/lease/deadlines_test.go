@@ -1,4 +1,4 @@
-package dlock
+package lease
 
 import (
 	"math/rand/v2"
@@ -11,10 +11,10 @@ import (
 // scheduled in; a removed hold is not checked at all.
 func TestDeadlinesCheckDueHoldsInOrder(t *testing.T) {
 	var mu sync.Mutex
-	var got []*hold
+	var got []*Lease
 	all := make(chan struct{})
 	const n, removed = 40, 10
-	d := newDeadlines(func(h *hold) {
+	d := newDeadlines(func(h *Lease) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, h)
@@ -24,9 +24,9 @@ func TestDeadlinesCheckDueHoldsInOrder(t *testing.T) {
 	})
 	defer d.stop()
 	base := time.Now().Add(500 * time.Millisecond) // far enough that every add and remove comes first, even on a loaded box
-	holds := make([]*hold, n)
+	holds := make([]*Lease, n)
 	for j := range holds {
-		holds[j] = &hold{dueIndex: -1}
+		holds[j] = &Lease{dueIndex: -1}
 	}
 	for _, j := range rand.Perm(n) {
 		d.add(holds[j], base.Add(time.Duration(j)*time.Millisecond))

@@ -1,4 +1,4 @@
-package dlock
+package lease
 
 import (
 	"sync"
@@ -15,14 +15,14 @@ type deadlines struct {
 	// the first has checked earlier ones.
 	firing  sync.Mutex
 	mu      sync.Mutex
-	heap    []*hold // ordered by dueAt; each hold knows its dueIndex
+	heap    []*Lease // ordered by dueAt; each hold knows its dueIndex
 	timer   *time.Timer
 	armed   time.Time // when timer fires; zero when it is stopped
 	stopped bool
-	check   func(*hold)
+	check   func(*Lease)
 }
 
-func newDeadlines(check func(*hold)) *deadlines {
+func newDeadlines(check func(*Lease)) *deadlines {
 	d := &deadlines{check: check}
 	d.timer = time.AfterFunc(time.Hour, d.fire)
 	d.timer.Stop()
@@ -30,7 +30,7 @@ func newDeadlines(check func(*hold)) *deadlines {
 }
 
 // add schedules h's check at at (h must not be scheduled already).
-func (d *deadlines) add(h *hold, at time.Time) {
+func (d *deadlines) add(h *Lease, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped {
@@ -50,7 +50,7 @@ func (d *deadlines) add(h *hold, at time.Time) {
 
 // remove unschedules h, if it is scheduled. The timer is left as it is: when
 // it fires for nothing it stops.
-func (d *deadlines) remove(h *hold) {
+func (d *deadlines) remove(h *Lease) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	i := h.dueIndex
@@ -74,7 +74,7 @@ func (d *deadlines) fire() {
 	d.firing.Lock()
 	defer d.firing.Unlock()
 	now := time.Now()
-	var due []*hold
+	var due []*Lease
 	d.mu.Lock()
 	for len(d.heap) > 0 && !d.heap[0].dueAt.After(now) {
 		h := d.heap[0]

@@ -1,0 +1,198 @@
+package kind
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/renew"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+var (
+	//go:embed acquire.lua
+	luaAcquire string
+	//go:embed release.lua
+	luaRelease string
+	//go:embed leave.lua
+	luaLeave string
+	//go:embed force.lua
+	luaForce string
+
+	scriptAcquire = wire.NewScript(wire.WithLib(luaLib, luaAcquire))
+	scriptRelease = wire.NewScript(wire.WithLib(luaLib, luaRelease))
+	scriptLeave   = wire.NewScript(wire.WithLib(luaLib, luaLeave))
+	scriptForce   = wire.NewScript(wire.WithLib(luaLib, luaForce))
+)
+
+// Mutex is the reentrant lock's protocol, fair or not: Redisson's hash, and
+// a wait queue for the direct hand-off. One Mutex serves one handle.
+type Mutex struct {
+	e    *lease.Engine
+	name string
+	fair bool
+	ks   keys.Set
+	keys [4]any // the scripts' keys: pointers into ks, boxed without allocating
+	// The release channel is made the first time a waiter needs it.
+	channelOnce sync.Once
+}
+
+// Init prepares p for the lock name on e; a FairMutex's when fair. name
+// must be valid (keys.Validate).
+func (p *Mutex) Init(e *lease.Engine, name string, fair bool) {
+	p.e, p.name, p.fair = e, name, fair
+	p.ks = keys.ForMutex(name)
+	p.keys = [4]any{&p.ks.Lock, &p.ks.Fence, &p.ks.Queue, &p.ks.Forced}
+}
+
+// Keys returns the lock's keys.
+func (p *Mutex) Keys() *keys.Set { return &p.ks }
+
+// Kind implements lease.Protocol.
+func (p *Mutex) Kind() lease.Kind {
+	if p.fair {
+		return lease.KindFair
+	}
+	return lease.KindMutex
+}
+
+// Key implements lease.Protocol.
+func (p *Mutex) Key() string { return p.ks.Lock }
+
+// Shared implements lease.Protocol.
+func (p *Mutex) Shared() bool { return false }
+
+// Fields implements lease.Protocol.
+func (p *Mutex) Fields(owner string) (string, string) { return owner, "" }
+
+// Attempt implements lease.Protocol with acquire.lua.
+func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Queueing) *wire.Call {
+	a := &p.e.Args
+	if q.Entry == "" && !p.fair {
+		// The common call: four arguments, acquire.lua's first branch.
+		return wire.NewCall(scriptAcquire.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs), scriptAcquire)
+	}
+	var entry any = ""
+	if q.Entry != "" {
+		entry = q.Entry
+	}
+	return wire.NewCall(scriptAcquire.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs,
+		entry, flag(q.Registered), a.QueueTTLMs, flag(p.fair), a.ClaimMs), scriptAcquire)
+}
+
+// AttemptReply implements lease.Protocol: acquire.lua answers one integer.
+func (p *Mutex) AttemptReply(cmd redis.Cmder, count int) (lease.Reply, error) {
+	v, err := cmd.(*redis.IntCmd).Result()
+	switch {
+	case err != nil:
+		return lease.Reply{}, err
+	case v >= 0 && count == 0:
+		return lease.Reply{Granted: true, Token: uint64(v), Count: 1}, nil
+	case v > 0:
+		return lease.Reply{Granted: true, Count: int(v)}, nil
+	case v == -1 && count > 0:
+		return lease.Reply{Gone: true, Wait: -1}, nil
+	case v <= -2:
+		return lease.Reply{Wait: msDuration(-3 - v)}, nil
+	}
+	return lease.Reply{}, fmt.Errorf("dlock: unexpected acquire reply %d", v)
+}
+
+// Release implements lease.Protocol with release.lua.
+func (p *Mutex) Release(l *lease.Lease, count int, all bool) *wire.Call {
+	a := &p.e.Args
+	if all {
+		return wire.NewCall(scriptRelease.IntCmd(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token(), "1"), scriptRelease)
+	}
+	return wire.NewCall(scriptRelease.IntCmd(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token()), scriptRelease)
+}
+
+// ReleaseReply implements lease.Protocol: release.lua answers one integer.
+func (p *Mutex) ReleaseReply(cmd redis.Cmder) (lease.Released, error) {
+	v, err := cmd.(*redis.IntCmd).Result()
+	switch {
+	case err != nil:
+		return lease.Released{}, err
+	case v >= 0:
+		return lease.Released{Found: true, Remaining: int(v)}, nil
+	}
+	return lease.Released{Why: -1 - v}, nil
+}
+
+// Undo implements lease.Protocol with leave.lua: even without an entry, a
+// grant whose reply was lost is this owner's, and leave.lua passes it on.
+func (p *Mutex) Undo(ctx context.Context, l *lease.Lease, q lease.Queueing, mayHold bool) {
+	if q.Entry == "" && !mayHold {
+		return
+	}
+	a := &p.e.Args
+	if err := scriptLeave.Run(ctx, p.e.Wire, p.keys[:3], q.Entry, l.FieldArg(), a.ClaimMs, a.FenceTTLMs).Err(); err != nil {
+		p.e.Cfg.Logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", l.Name(), "err", err)
+	}
+}
+
+// Channel implements lease.Protocol: Redisson's release channel.
+func (p *Mutex) Channel() (string, bool) {
+	p.channelOnce.Do(func() { p.ks.Channel = keys.LockChannel(p.name) })
+	return p.ks.Channel, false
+}
+
+// Entry implements lease.Protocol: every waiter queues for a hand-off, but
+// a polling Mutex (ticket 0) only when the lock is fair.
+func (p *Mutex) Entry(ticket uint64, ttl time.Duration, l *lease.Lease) string {
+	if ticket == 0 && !p.fair {
+		return ""
+	}
+	return keys.QueueEntry(ticket, lease.Ms(ttl), l.Field())
+}
+
+// Renewal implements lease.Protocol.
+func (p *Mutex) Renewal(l *lease.Lease) renew.Entry {
+	return renew.Entry{Key: p.ks.Lock, Field: l.Field(), Kind: 'm', Fence: p.ks.Fence, Forced: p.ks.Forced}
+}
+
+// Force releases the lock whoever holds it, passes it to the next waiter
+// and tells the evicted owners; it reports whether the lock was held.
+func (p *Mutex) Force(ctx context.Context) (bool, error) {
+	a := &p.e.Args
+	keys := []any{p.ks.Lock, p.ks.Fence, p.ks.Queue, p.ks.Forced}
+	n, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (int64, error) {
+		return scriptForce.Run(ctx, p.e.Wire, keys, a.ClaimMs, a.FenceTTLMs).Int64()
+	}, nil)
+	return n == 1, err
+}
+
+// msDuration is a script's millisecond count as a duration, or -1 when the
+// script said "unknown" (a negative count).
+func msDuration(n int64) time.Duration {
+	if n < 0 {
+		return -1
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+// scriptRaiseFence lifts a fencing counter to at least ARGV[1], keeping its
+// TTL (and so the start of its sequence).
+var scriptRaiseFence = wire.NewScript(`
+local c = redis.call('get', KEYS[1])
+if c and tonumber(c) < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1], 'KEEPTTL')
+  return 1
+end
+return 0`)
+
+// RaiseFence lifts the fencing counter of the lock name to at least tok,
+// so that Redis's next token is above one another tier issued.
+func RaiseFence(ctx context.Context, e *lease.Engine, name string, tok uint64) error {
+	fence := keys.For(name).Fence
+	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (int64, error) {
+		return scriptRaiseFence.Run(ctx, e.Wire, []any{fence}, tok).Int64()
+	}, nil)
+	return err
+}

@@ -1,0 +1,107 @@
+// Package kind holds dlock's kinds of lease: the mutex (fair or not), the
+// read and write sides of a read-write lock, the semaphore and the
+// election. Each is one file beside its Lua scripts and implements
+// lease.Protocol: the scripts it runs, their typed arguments, and its
+// replies decoded in one place. Every script of dlock is embedded here and
+// nowhere else.
+package kind
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/renew"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+var (
+	//go:embed lib.lua
+	luaLib string
+	//go:embed renew.lua
+	luaRenew string
+
+	scriptRenew = wire.NewScript(wire.WithLib(luaLib, luaRenew))
+
+	// Touch rewrites a key's TTL to its current value: a write that changes
+	// nothing, but enters the replication stream after the grant (for
+	// replica acknowledgements).
+	Touch = wire.NewScript(`
+local ttl = redis.call('pttl', KEYS[1])
+if ttl > 0 then
+  redis.call('pexpire', KEYS[1], ttl)
+  return 1
+end
+return 0`)
+)
+
+// Renew renews one batch of leases of any kinds in one call of renew.lua,
+// giving each the TTL in ttls (ms). It returns a code per lease:
+// renew.Held, or why the owner's field is missing (lease.CodeGone, ...).
+func Renew(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+	keyArgs := make([]any, 0, 4*len(batch))
+	args := make([]any, 3*len(batch))
+	n := len(batch)
+	for i, e := range batch {
+		set, fence, forced := e.Set, e.Fence, e.Forced
+		if set == "" {
+			set = e.Key
+		}
+		if fence == "" {
+			// A permit uses neither a fencing counter nor a forced set.
+			fence, forced = e.Key, set
+		}
+		keyArgs = append(keyArgs, e.Key, set, fence, forced)
+		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
+	}
+	res, err := scriptRenew.Run(ctx, w, keyArgs, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != n {
+		return nil, fmt.Errorf("dlock: renew returned %d results for %d locks", len(res), n)
+	}
+	return res, nil
+}
+
+// ints reads a script's reply of at most len(buf) integers into buf.
+func ints(cmd *redis.Cmd, buf []int64) ([]int64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) > len(buf) {
+		return nil, fmt.Errorf("dlock: unexpected script reply %v", v)
+	}
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return nil, fmt.Errorf("dlock: unexpected script reply %v", v)
+		}
+		buf[i] = n
+	}
+	return buf[:len(arr)], nil
+}
+
+func flag(b bool) any {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Source returns the embedded Lua file by its name ("acquire.lua"), as the
+// tests that hold the scripts and the Go side together read it; "" for an
+// unknown name.
+func Source(file string) string {
+	return map[string]string{
+		"lib.lua": luaLib, "renew.lua": luaRenew,
+		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce,
+		"rwlib.lua": luaRWLib, "rwlock.lua": luaRWLock, "rlock.lua": luaRLock, "rwunlock.lua": luaRWUnlock, "rwleave.lua": luaRWLeave,
+		"sem_lib.lua": luaSemLib, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
+		"election_announce.lua": luaAnnounce,
+	}[file]
+}

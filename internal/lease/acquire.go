@@ -1,0 +1,344 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/notify"
+	"github.com/dlock-dev/dlock/internal/renew"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+// Request is one acquisition's wait and lease.
+type Request struct {
+	Wait, Lease time.Duration
+	Forever     bool          // wait as long as ctx allows
+	MaxHold     time.Duration // 0: the engine's default; < 0: unbounded
+}
+
+// Acquire is every acquisition through a handle: a re-entry when ctx
+// carries a lease of the name by this engine, else a new lease through the
+// handle's gate. It returns the lease, or nil and a nil error when the wait
+// ran out. Safe for concurrent use.
+func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error) {
+	if err := hd.Check(ctx, req.Lease); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	a := acquisition{lease: req.Lease, canWait: req.Forever || req.Wait > 0, ttl: req.Lease}
+	if len(hd.e.Cfg.Observers) > 0 {
+		finish := hd.e.observeAcquire(ctx, hd.p.Kind(), hd.name)
+		defer func() {
+			finish(Acquisition{Kind: hd.p.Kind(), Name: hd.name, Acquired: h != nil, TimedOut: a.timedOut,
+				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis})
+		}()
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	again, under, err := hd.inherited(ctx)
+	if err != nil || again != nil {
+		a.reentry = again != nil
+		return again, orReentered(err, again, ctx, req.Lease)
+	}
+	// The wait bounds the whole call, network time included.
+	waitCtx := ctx
+	if !req.Forever && req.Wait > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, start.Add(req.Wait))
+		defer cancel()
+	}
+	if ok, err := hd.enter(waitCtx, !a.canWait); !ok {
+		if err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		a.timedOut = a.canWait
+		return nil, nil
+	}
+	a.h = newLease(hd, under)
+	a.h.parent, a.h.maxHold = ctx, req.MaxHold
+	if a.h.maxHold == 0 {
+		a.h.maxHold = hd.e.Cfg.MaxHold
+	}
+	if req.Lease <= 0 {
+		a.ttl = hd.e.Cfg.Watchdog
+	}
+	ok, err := a.run(ctx, waitCtx)
+	if !a.granted {
+		a.h.finish() // frees the gate
+	}
+	if !ok {
+		return nil, err
+	}
+	return a.h, nil
+}
+
+// orReentered counts one more hold of again (when not nil) for a call that
+// found it in ctx.
+func orReentered(err error, again *Lease, ctx context.Context, lease time.Duration) error {
+	if err != nil {
+		return err
+	}
+	return again.reenter(ctx, lease)
+}
+
+// acquisition is the waiting state machine of one new lease, the same for
+// every kind: attempt, subscribe, queue, wait for a hand-off or a release
+// message or a re-check, attempt again.
+type acquisition struct {
+	h        *Lease
+	lease    time.Duration
+	ttl      time.Duration // the lease, or the watchdog timeout
+	canWait  bool
+	w        *notify.Waiter
+	q        Queueing
+	answered bool // Redis answered an attempt: a wait that runs out is contention, not an outage
+	timedOut bool
+	granted  bool
+	reentry  bool
+}
+
+func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
+	e := a.h.e
+	if e.Cfg.SpinMin > 0 {
+		return a.spin(ctx, waitCtx)
+	}
+	defer a.leaveHub()
+	// When the engine already listens for this lock's hand-offs (a hot lock:
+	// this process waits, or waited a moment ago, for it), the first attempt
+	// also queues the caller if the lock is taken: no second round trip. A
+	// lock that is not known to be contended is tried first, which costs
+	// nothing more when it is free: no waiter to register, no SUBSCRIBE.
+	if ch, _ := a.h.p.Channel(); a.canWait && e.hub.Listening(ch) {
+		if err := a.join(waitCtx); err != nil {
+			return a.failed(ctx, err, false)
+		}
+	}
+	r, sent, left, err := a.try(waitCtx)
+	switch {
+	case err != nil:
+		return a.failed(ctx, err, left)
+	case r.Granted:
+		return a.grant(ctx, r.Token, sent)
+	case !a.canWait:
+		return false, nil
+	case a.w == nil:
+		// Subscribe before the attempt that queues us, so that the hand-off
+		// (or Redisson's release message) cannot be missed.
+		if err := a.join(waitCtx); err != nil {
+			return a.failed(ctx, err, false)
+		}
+		if r, sent, left, err = a.try(waitCtx); err != nil {
+			return a.failed(ctx, err, left)
+		}
+		if r.Granted {
+			return a.grant(ctx, r.Token, sent)
+		}
+	}
+	return a.wait(ctx, waitCtx, r)
+}
+
+// wait waits for a hand-off, a release message or the next re-check, and
+// tries again, until granted or waitCtx is done.
+func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) {
+	timer := time.NewTimer(a.sleep(r))
+	defer timer.Stop()
+	for {
+		select {
+		case <-a.w.C:
+			// A message only wakes us, even one that says the lock was
+			// handed to us: anyone may publish it. The attempt below is
+			// what tells, and it gives a hand-off its full TTL.
+			ev := a.w.Take()
+			switch {
+			case ev.Closed:
+				a.giveUp()
+				return false, ErrClosed
+			case !ev.Retry:
+				continue
+			}
+		case <-timer.C:
+		case <-waitCtx.Done():
+			// A hand-off that raced the cancellation or the deadline is
+			// passed on by the kind's Undo.
+			return a.over(ctx)
+		}
+		r, sent, left, err := a.try(waitCtx)
+		if err != nil {
+			return a.failed(ctx, err, left)
+		}
+		if r.Granted {
+			// Taken by our own attempt, or handed to us: either way the
+			// attempt gave the lease its TTL after sent, and the token is
+			// the one Redis issued.
+			return a.grant(ctx, r.Token, sent)
+		}
+		timer.Reset(a.sleep(r))
+	}
+}
+
+// over ends a wait whose waitCtx is done: ctx's cause when ctx ended, else
+// a wait that ran out.
+func (a *acquisition) over(ctx context.Context) (bool, error) {
+	a.giveUp()
+	if ctx.Err() != nil {
+		return false, context.Cause(ctx)
+	}
+	a.timedOut = true
+	return false, nil
+}
+
+// attemptUndo is the Undo of an attempt whose caller left before its reply:
+// what it may have granted or queued is taken back once the reply is in.
+// The attempt's queueing travels in the lease (h.q).
+type attemptUndo Lease
+
+func (u *attemptUndo) Undo(ctx context.Context, cmd redis.Cmder) {
+	h := (*Lease)(u)
+	r, err := h.p.AttemptReply(cmd, 0)
+	if err == nil && !r.Granted && h.q.Entry == "" {
+		return // neither queued nor granted
+	}
+	h.p.Undo(ctx, h, h.q, err != nil || r.Granted)
+}
+
+// try sends one attempt. If the caller leaves before the reply, the attempt
+// is undone once it returns (attemptUndo), or not sent at all.
+func (a *acquisition) try(ctx context.Context) (Reply, time.Time, bool, error) {
+	h := a.h
+	sent := time.Now()
+	h.q = a.q
+	cl := h.p.Attempt(h, a.ttl, 0, a.q)
+	cl.Droppable, cl.Undo = true, (*attemptUndo)(h)
+	if left, err := h.e.Wire.Do(ctx, cl); left {
+		return Reply{}, sent, true, err
+	}
+	r, err := h.p.AttemptReply(cl.Cmd, 0)
+	cl.Free()
+	if err != nil {
+		return r, sent, false, err
+	}
+	a.answered = true
+	if a.q.Entry != "" {
+		a.q.Registered = true
+	}
+	return r, sent, false, nil
+}
+
+// failed ends an acquisition whose attempt or subscription failed. The
+// attempt may have queued or even granted us with its reply lost: unless
+// the wire undoes it (left), it is undone here, in the background.
+func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, error) {
+	if !left {
+		h, q := a.h, a.q
+		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, q, true) })
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false, context.Cause(ctx)
+	case left && a.answered:
+		a.timedOut = true // the wait ran out while Redis was answering
+		return false, nil
+	case left:
+		return false, fmt.Errorf("%w within the wait of %q", ErrUnavailable, a.h.name)
+	}
+	return false, a.h.e.WrapClosed(err)
+}
+
+// giveUp leaves the wait queue in the background; the kind's Undo passes on
+// a hand-off that reached us meanwhile.
+func (a *acquisition) giveUp() {
+	if a.q.Entry == "" {
+		return
+	}
+	h, q := a.h, a.q
+	h.e.Detach(func(ctx context.Context) { h.p.Undo(ctx, h, q, false) })
+}
+
+// grant turns a granted attempt into a lease of the handle.
+func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (bool, error) {
+	h := a.h
+	a.granted = true
+	if time.Since(sent) > a.ttl/3 {
+		// The grant took long to arrive (a cold connection, a slow link):
+		// too little of its TTL is left to vouch for it. One renewal
+		// confirms it, counted from that call, before anyone relies on it.
+		var err error
+		if sent, err = h.confirm(ctx, a.ttl); err != nil {
+			h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, Queueing{}, true) })
+			if h.e.closed.Load() {
+				err = ErrClosed
+			}
+			return false, err
+		}
+	}
+	if !h.granted(token, sent, a.lease) {
+		// Close has begun and already released what it knew of.
+		h.end(lossError(h.name, ErrClosed, nil), nil)
+		_ = h.Release(ctx, true)
+		return false, ErrClosed
+	}
+	h.handle.occupy(h)
+	if h.e.Cfg.Replicas > 0 {
+		if err := h.confirmReplicas(ctx); err != nil {
+			_ = h.Release(ctx, true)
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// confirm renews a grant the caller has not seen yet, and returns when the
+// renewal was sent: the lease is certain for ttl from then. A grant that is
+// no longer ours is an error wrapping ErrLockLost; nobody relied on it.
+func (h *Lease) confirm(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	sent := time.Now()
+	code, _, err := wire.Go(h.e.Wire, ctx, func(ctx context.Context) (int64, error) {
+		code, _, err := h.renewOnce(ctx, ttl)
+		return code, err
+	}, nil)
+	switch {
+	case err != nil:
+		return sent, err
+	case code != renew.Held:
+		return sent, lossError(h.name, GoneReason(code), nil)
+	}
+	return sent, nil
+}
+
+// join registers the caller with the engine's pub/sub hub and makes its
+// queue entry, when its kind queues.
+func (a *acquisition) join(ctx context.Context) error {
+	h := a.h
+	var err error
+	if ch, shared := h.p.Channel(); shared {
+		a.w, err = h.e.hub.JoinShared(ctx, ch)
+	} else {
+		a.w, err = h.e.hub.Join(ctx, ch)
+	}
+	if err != nil {
+		return err
+	}
+	a.q.Entry = h.p.Entry(a.w.Ticket, a.ttl, h)
+	return nil
+}
+
+func (a *acquisition) leaveHub() {
+	if a.w != nil {
+		a.h.e.hub.Leave(a.w)
+	}
+}
+
+// sleep is how long to wait before trying again on our own: until the
+// holder's TTL ends or the re-check interval passes (which bounds how long
+// a crashed queued waiter can stall the lock).
+func (a *acquisition) sleep(r Reply) time.Duration {
+	d := a.h.e.Cfg.Recheck
+	if r.Wait >= 0 {
+		d = min(d, r.Wait)
+	}
+	return max(d, time.Millisecond)
+}

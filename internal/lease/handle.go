@@ -1,0 +1,237 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+// Handle is what every handle of a kind shares: the name, the Protocol, and
+// the state of its leases. An exclusive handle (Mutex, FairMutex, an
+// RWMutex's write side, an Election) admits one holder at a time through
+// its gate, as sync.Mutex does; a shared one (the read side, a Semaphore)
+// admits many. A Handle is safe for concurrent use once Init returned.
+type Handle struct {
+	e       *Engine
+	name    string
+	p       Protocol
+	nameErr error
+	gate    gate // exclusive handles: held while a lease occupies the handle
+
+	mu     sync.Mutex
+	cur    []*Lease // unfinished leases taken through the handle (at most one when exclusive)
+	curBuf [1]*Lease
+	last   *Lease // the most recent lease, for Token, Done and Err after it ended
+}
+
+// Init prepares hd for name on e with p. A bad name is kept and reported
+// by every call (NameErr).
+func (hd *Handle) Init(e *Engine, name string, p Protocol) {
+	hd.e, hd.name, hd.p = e, name, p
+	hd.cur = hd.curBuf[:0]
+	if err := keys.Validate(name); err != nil {
+		hd.nameErr = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+}
+
+// InitInvalid prepares hd to report err on every call.
+func (hd *Handle) InitInvalid(e *Engine, name string, err error) {
+	hd.e, hd.name, hd.nameErr = e, name, err
+	hd.cur = hd.curBuf[:0]
+}
+
+// Name returns the handle's name.
+func (hd *Handle) Name() string { return hd.name }
+
+// NameErr returns the error a bad name gives, or nil.
+func (hd *Handle) NameErr() error { return hd.nameErr }
+
+// Engine returns the handle's engine.
+func (hd *Handle) Engine() *Engine { return hd.e }
+
+// Check refuses a call before any network call: a nil ctx, a bad name, a
+// lease below Redis' resolution, a closed Client.
+func (hd *Handle) Check(ctx context.Context, lease time.Duration) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case hd.nameErr != nil:
+		return hd.nameErr
+	case lease > 0 && lease < time.Millisecond:
+		return fmt.Errorf("%w: lease %v is below Redis' 1ms resolution", ErrInvalidArgument, lease)
+	case hd.e.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+// inherited finds, in the leases ctx carries for this name, the one a call
+// of this handle's kind re-enters (reenter), or the write lease a reader
+// downgrades from (under). It fails for a call that would upgrade a read
+// lease, or that mixes a Mutex with an RWMutex on one name.
+func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err error) {
+	top := From(ctx, hd.e, hd.name)
+	if top == nil {
+		return nil, nil, nil
+	}
+	call := hd.p.Kind()
+	var found [kinds]*Lease
+	for h := top; h != nil; h = h.outer {
+		if k := h.p.Kind(); !h.isFinished() && found[k.family()] == nil {
+			found[k.family()] = h
+		}
+	}
+	read, write, mutex := found[familyRead], found[familyWrite], found[familyMutex]
+	switch {
+	case call == KindRead && read != nil:
+		return read, nil, nil
+	case call == KindRead && write != nil:
+		return nil, write, nil
+	case call == KindWrite && write != nil:
+		return write, nil, nil
+	case call == KindWrite && read != nil:
+		return nil, nil, ErrUpgrade
+	case call.family() == familyMutex && mutex != nil:
+		return mutex, nil, nil
+	}
+	return nil, nil, fmt.Errorf("%w: the context holds %q as another kind of lock", ErrInvalidArgument, hd.name)
+}
+
+// enter takes the handle's gate, waiting until ctx is done; try only tries.
+func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
+	switch {
+	case hd.p.Shared():
+		return true, nil
+	case try:
+		return hd.gate.tryEnter(), nil
+	}
+	if err := hd.gate.enter(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (hd *Handle) exit() {
+	if !hd.p.Shared() {
+		hd.gate.exit()
+	}
+}
+
+// occupy records a new lease on the handle.
+func (hd *Handle) occupy(h *Lease) {
+	hd.mu.Lock()
+	hd.cur = append(hd.cur, h)
+	hd.last = h
+	hd.mu.Unlock()
+}
+
+// vacate removes a finished lease and frees the gate it took.
+func (hd *Handle) vacate(h *Lease) {
+	hd.mu.Lock()
+	for i, x := range hd.cur {
+		if x == h {
+			hd.cur = append(hd.cur[:i], hd.cur[i+1:]...)
+			break
+		}
+	}
+	hd.mu.Unlock()
+	hd.exit()
+}
+
+// Current is the lease an Unlock with ctx releases: the one ctx carries, or
+// else the handle's most recent unfinished one; nil when there is none.
+func (hd *Handle) Current(ctx context.Context) *Lease {
+	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
+		if h.p.Kind().family() == hd.p.Kind().family() && !h.isFinished() {
+			return h
+		}
+	}
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if n := len(hd.cur); n > 0 {
+		return hd.cur[n-1]
+	}
+	return nil
+}
+
+// Last is the lease Token, Done and Err describe: the current one, or the
+// most recent.
+func (hd *Handle) Last() *Lease {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if n := len(hd.cur); n > 0 {
+		return hd.cur[n-1]
+	}
+	return hd.last
+}
+
+// Token is the fencing token of the handle's current lease, or 0.
+func (hd *Handle) Token() uint64 {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if n := len(hd.cur); n > 0 {
+		return hd.cur[n-1].token
+	}
+	return 0
+}
+
+// Done is closed when the handle's last lease ends (closed when none).
+func (hd *Handle) Done() <-chan struct{} {
+	if h := hd.Last(); h != nil {
+		return h.Done()
+	}
+	return wire.ClosedCh
+}
+
+// Err is why the handle's last lease was lost, or nil.
+func (hd *Handle) Err() error {
+	if h := hd.Last(); h != nil {
+		return h.Err()
+	}
+	return nil
+}
+
+// Owner is the owner field of the handle's current lease, or "".
+func (hd *Handle) Owner() string {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if n := len(hd.cur); n > 0 {
+		return hd.cur[n-1].field
+	}
+	return ""
+}
+
+// Unlock releases one hold count of the lease ctx carries or, failing that,
+// of the handle's current lease. The release is sent whatever ctx says, on
+// a goroutine of its own bounded by the cleanup timeout; Unlock returns its
+// outcome, or as soon as ctx is done.
+func (hd *Handle) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if hd.nameErr != nil {
+		return hd.nameErr
+	}
+	h := hd.Current(ctx)
+	if h == nil {
+		err := ErrNotHeld
+		if hd.e.closed.Load() {
+			err = ErrClosed
+		}
+		if len(hd.e.Cfg.Observers) > 0 {
+			hd.e.observeRelease(ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err})
+		}
+		return err
+	}
+	return h.Release(ctx, false)
+}
+
+func (h *Lease) isFinished() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.finished
+}

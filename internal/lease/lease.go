@@ -1,0 +1,333 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/renew"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+// Lease is one continuous possession by one owner, from the grant to the
+// final release or the loss: a hold of a lock (re-entries share it and
+// count up) or a permit of a semaphore. Its owner id is new for every lease
+// and never reused, so a script that finds the owner's field knows it is
+// this lease's. A Lease is safe for concurrent use.
+type Lease struct {
+	e    *Engine
+	p    Protocol
+	name string
+
+	owner string // "<client id>:<n>"
+	field string // the owner's field in Redis (Protocol.Fields)
+	extra string // the kind's extra argument (Protocol.Fields)
+	// The three above as script arguments: pointers, boxed without
+	// allocating (go-redis writes a *string as the string).
+	ownerArg, fieldArg, extraArg any
+
+	handle *Handle         // whose gate and state the lease occupies
+	outer  *Lease          // the lease it was taken under (a downgrading writer's)
+	parent context.Context // the context the lease was asked for with
+
+	token uint64
+	start time.Time
+	lease time.Duration // > 0: a fixed lease, never renewed past until
+	until time.Time     // the fixed lease's end
+	// maxHold > 0 ends the lease at maxUntil (MaxHold, WithMaxHold).
+	maxHold  time.Duration
+	maxUntil time.Time
+
+	renewal  renew.Entry
+	renewing bool // renewal is registered with the watchdog
+
+	// argBuf holds a kind's script arguments (Buf).
+	argBuf [14]any
+
+	// serial admits one re-entry or release call at a time: each sends the
+	// count it expects, which must not be read twice.
+	serial gate
+	// q is the queueing of the attempt in flight, for its Undo.
+	q Queueing
+	// rel is the release in flight, for its Undo (releaseUndo).
+	rel release
+	// rechecking: a recheck (forced.go) is in flight.
+	rechecking atomic.Bool
+
+	// The local deadline's place in the Engine's deadlines (guarded by
+	// their lock).
+	dueAt    time.Time
+	dueIndex int
+
+	mu         sync.Mutex
+	count      int
+	done       chan struct{} // made when asked for (Done), closed when the lease ends
+	ended      bool          // released or lost
+	finished   bool          // the final release ran; the handle is free again
+	err        error         // the loss (a *LossError); nil when released
+	validUntil time.Time     // the lease is certain until then (monotonic clock)
+	// certainAtRelease: the final release was sent before validUntil.
+	certainAtRelease bool
+	renewErr         error // the last renewal failure, for the loss reason
+	onEnd            []func(error)
+}
+
+// errReleased is the cause of a lease's context after its final release.
+var errReleased = errors.New("dlock: lock released")
+
+// isRedisError reports whether err is an error reply from Redis (READONLY,
+// OOM, NOPERM, ...) rather than a network failure.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// newLease prepares a lease of hd with a new owner; outer, when not nil, is
+// a lease of the same owner it is taken under (a write hold downgrading).
+func newLease(hd *Handle, outer *Lease) *Lease {
+	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1}
+	if outer != nil {
+		h.owner = outer.owner
+	} else {
+		h.owner = hd.e.newOwner()
+	}
+	h.field, h.extra = hd.p.Fields(h.owner)
+	h.ownerArg, h.fieldArg, h.extraArg = &h.owner, &h.field, &h.extra
+	return h
+}
+
+// Name returns the name of the lock or semaphore.
+func (h *Lease) Name() string { return h.name }
+
+// Owner returns the owner id, "<client id>:<n>".
+func (h *Lease) Owner() string { return h.owner }
+
+// Field returns the owner's field in Redis.
+func (h *Lease) Field() string { return h.field }
+
+// OwnerArg, FieldArg and ExtraArg are the owner, its field and the kind's
+// extra argument, boxed for a script's arguments without allocating.
+func (h *Lease) OwnerArg() any { return h.ownerArg }
+
+// FieldArg: see OwnerArg.
+func (h *Lease) FieldArg() any { return h.fieldArg }
+
+// ExtraArg: see OwnerArg.
+func (h *Lease) ExtraArg() any { return h.extraArg }
+
+// Token returns the lease's fencing token (0 for a permit).
+func (h *Lease) Token() uint64 { return h.token }
+
+// Engine returns the engine the lease runs on.
+func (h *Lease) Engine() *Engine { return h.e }
+
+// Buf returns the lease's argument buffer for a script call: the attempts
+// of an acquisition follow one another, the count-changing calls of a lease
+// take turns, and a call whose caller left keeps the turn until its reply
+// is in, so a call's buffer is free again by the time the next is built.
+func (h *Lease) Buf() []any { return h.argBuf[:0] }
+
+// DriftMargin is how much earlier than its TTL a holder gives its hold up:
+// Redlock's allowance for clock drift (1% of the TTL) plus 2ms, so that the
+// holder is told before Redis can let the lock move on, even if the two
+// clocks' rates differ slightly.
+func DriftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// granted starts the bookkeeping of a new grant: renewal in watchdog mode,
+// the local deadline that declares the lease lost, and the engine's
+// registry. sent is when the granting call was sent: the TTL started after
+// it, since every grant is the reply to an attempt of the caller's own (a
+// hand-off message only wakes the waiter, whose attempt then gives the
+// lease its TTL). It reports false, with nothing registered, when the
+// engine is closing.
+func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool {
+	e := h.e
+	h.token, h.start, h.count = token, time.Now(), 1
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if lease <= 0 {
+		ttl := e.Cfg.Watchdog
+		h.validUntil = sent.Add(ttl - DriftMargin(ttl))
+		h.renewal = h.p.Renewal(h)
+		h.renewal.TTL, h.renewal.Holder = ttl, h
+	} else {
+		h.lease, h.until = lease, sent.Add(lease)
+		h.validUntil = h.until.Add(-DriftMargin(lease))
+	}
+	if !e.track(h) {
+		return false
+	}
+	if e.Cfg.SpinMin == 0 {
+		// Listen on the client channel for a ForceUnlock's news (no-op
+		// after the first lease; never blocks).
+		e.hub.Listen()
+	}
+	if h.renewal.Holder != nil {
+		h.renewing = true
+		// Counted from sent, like the TTL: a slow grant must not push the
+		// first renewal past the lease's validity.
+		e.renewer.Add(&h.renewal, sent.Add(e.Cfg.Watchdog/3))
+	}
+	if h.maxHold > 0 {
+		h.maxUntil = sent.Add(h.maxHold)
+	}
+	e.deadlines.add(h, h.deadline())
+	return true
+}
+
+// Renewed implements renew.Holder.
+func (h *Lease) Renewed(sent time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.renewErr = nil
+	if h.lease > 0 {
+		return // a fixed lease is never renewed: only asked about (recheck)
+	}
+	ttl := h.e.Cfg.Watchdog
+	if v := sent.Add(ttl - DriftMargin(ttl)); v.After(h.validUntil) {
+		h.validUntil = v
+	}
+}
+
+// Lost implements renew.Holder.
+func (h *Lease) Lost(code int64) { h.lose(lossError(h.name, GoneReason(code), nil)) }
+
+// Failed implements renew.Holder.
+func (h *Lease) Failed(err error) {
+	h.mu.Lock()
+	h.renewErr = err
+	h.mu.Unlock()
+}
+
+// deadline is when checkDeadline must next run: the end of the hold's
+// validity, or its MaxHold if that comes first. The caller holds h.mu.
+func (h *Lease) deadline() time.Time {
+	if h.maxHold > 0 && h.maxUntil.Before(h.validUntil) {
+		return h.maxUntil
+	}
+	return h.validUntil
+}
+
+// checkDeadline runs when the local deadline passes: unless renewal has moved
+// it meanwhile, the hold can no longer be vouched for.
+func (h *Lease) checkDeadline() {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	maxed := h.maxHold > 0 && time.Until(h.maxUntil) <= 0
+	if !maxed && time.Until(h.validUntil) > 0 {
+		h.e.deadlines.add(h, h.deadline()) // renewed meanwhile
+		h.mu.Unlock()
+		return
+	}
+	leaseOver := h.lease > 0 && h.renewal.Holder == nil
+	renewErr := h.renewErr
+	h.mu.Unlock()
+	switch {
+	case maxed:
+		// Alive but past its bound: renewal stops with the loss, and Redis
+		// keeps the lock until its TTL, time for the holder to stop.
+		h.lose(lossError(h.name, ErrMaxHold, nil))
+	case leaseOver:
+		h.lose(lossError(h.name, ErrLeaseEnded, nil))
+	case renewErr != nil && isRedisError(renewErr):
+		h.lose(lossError(h.name, ErrRenewRefused, renewErr))
+	default:
+		h.lose(lossError(h.name, ErrUnconfirmed, renewErr))
+	}
+}
+
+// lose ends the hold with cause; the handle keeps it until Unlock. The loss
+// is logged and reported to observers before Done closes, so that whoever
+// wakes on Done sees it counted.
+func (h *Lease) lose(cause *LossError) {
+	h.end(cause, func() {
+		h.e.Cfg.Logger.Warn("dlock: lock lost", "name", h.name, "cause", cause)
+		for _, o := range h.e.Cfg.Observers {
+			o.Lost(h.p.Kind(), h.name, cause)
+		}
+	})
+}
+
+// end marks the hold over, stops its renewal and deadline, runs before (if
+// not nil), closes done and runs the end callbacks. It does nothing if the
+// hold had already ended.
+func (h *Lease) end(cause error, before func()) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	h.err = cause
+	h.e.deadlines.remove(h)
+	callbacks := h.onEnd
+	h.onEnd = nil
+	renewing := h.renewing
+	h.renewing = false
+	h.mu.Unlock()
+	if renewing {
+		// Not Remove: a loss must be told at once, not after a renewal call
+		// that may hang on the very trouble that caused it.
+		h.e.renewer.Cancel(&h.renewal)
+	}
+	h.e.untrack(h)
+	if before != nil {
+		before()
+	}
+	h.mu.Lock()
+	if h.done == nil {
+		h.done = wire.ClosedCh
+	} else {
+		close(h.done)
+	}
+	h.mu.Unlock()
+	for _, f := range callbacks {
+		f(cause)
+	}
+}
+
+// OnEnded registers f to run when the hold ends (at once if it has).
+func (h *Lease) OnEnded(f func(error)) {
+	h.mu.Lock()
+	if !h.ended {
+		h.onEnd = append(h.onEnd, f)
+		h.mu.Unlock()
+		return
+	}
+	err := h.err
+	h.mu.Unlock()
+	f(err)
+}
+
+// Done returns the channel closed when the hold ends.
+func (h *Lease) Done() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{}) // end closes it
+	}
+	return h.done
+}
+
+// Err returns why the lease was lost (a *LossError), or nil while it is
+// held and after its release.
+func (h *Lease) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// turn waits for the lease's turn for a count-changing call, or for ctx.
+func (h *Lease) turn(ctx context.Context) error { return h.serial.enter(ctx) }
+
+// tryTurn takes the lease's turn if no other call has it.
+func (h *Lease) tryTurn() bool { return h.serial.tryEnter() }
+
+func (h *Lease) endTurn() { h.serial.exit() }

@@ -1,0 +1,64 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// reenter counts one more hold of h, which ctx carries.
+func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
+	if err := h.Err(); err != nil {
+		// The hold was declared lost here, though Redis may still have it:
+		// re-entering would extend a hold that nothing renews.
+		return err
+	}
+	if err := h.turn(ctx); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	count := h.count
+	h.mu.Unlock()
+	if count == 0 {
+		h.endTurn()
+		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
+	}
+	ttl := lease
+	if lease <= 0 {
+		ttl = h.e.Cfg.Watchdog
+	}
+	h.rel.count = count
+	cl := h.p.Attempt(h, ttl, count, Queueing{})
+	cl.Undo = (*reenterUndo)(h)
+	if left, err := h.e.Wire.Do(ctx, cl); left {
+		return err // its Undo gives the turn back
+	}
+	defer h.endTurn()
+	r, err := h.p.AttemptReply(cl.Cmd, count)
+	cl.Free()
+	if err != nil {
+		return err
+	}
+	if r.Granted {
+		h.mu.Lock()
+		h.count = r.Count
+		h.mu.Unlock()
+		return nil
+	}
+	h.lose(lossError(h.name, ErrTakenOver, nil))
+	return h.Err()
+}
+
+// reenterUndo counts a re-entry whose caller left back down, if it
+// happened, before the lease takes its next count-changing call.
+type reenterUndo Lease
+
+func (u *reenterUndo) Undo(ctx context.Context, cmd redis.Cmder) {
+	h := (*Lease)(u)
+	defer h.endTurn()
+	if r, err := h.p.AttemptReply(cmd, h.rel.count); err == nil && r.Granted {
+		_, _ = h.ReleaseNow(ctx, h.rel.count+1, false)
+	}
+}

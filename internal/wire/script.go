@@ -1,0 +1,121 @@
+package wire
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script is a Lua script run by its SHA1 (EVALSHA), and by its source
+// (EVAL) when the server does not know it (first use, restart, failover).
+// Unlike redis.Script it takes its arguments already boxed, so the hot path
+// allocates only what go-redis itself needs. A Script is immutable.
+type Script struct {
+	src any // the source, boxed once
+	sha any // its SHA1 in hex, boxed once
+}
+
+// NewScript returns the script of src.
+func NewScript(src string) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// Source returns the script's source.
+func (s *Script) Source() string { return s.src.(string) }
+
+// LibMarker is the line where a script wants its library spliced in: after
+// the common case it runs without the library's helpers, whose definitions
+// cost Redis more than that case itself.
+const LibMarker = "--[[lib.lua]]\n"
+
+// WithLib returns script with lib spliced in at its LibMarker line, or
+// prepended when it has none.
+func WithLib(lib, script string) string {
+	if before, after, ok := strings.Cut(script, LibMarker); ok {
+		return before + lib + after
+	}
+	return lib + script
+}
+
+// Args lays out EVALSHA's arguments in buf: the command, the SHA1, the key
+// count, keys and args.
+func (s *Script) Args(buf []any, keys []any, args ...any) []any {
+	buf = append(buf[:0], "evalsha", s.sha, len(keys))
+	buf = append(buf, keys...)
+	return append(buf, args...)
+}
+
+// Cmd builds an EVALSHA of s whose reply is read as is.
+func (s *Script) Cmd(keys []any, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background(), s.Args(make([]any, 0, 3+len(keys)+len(args)), keys, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}
+
+// IntCmd builds an EVALSHA of s whose reply is one integer, with its
+// arguments laid out in buf (which the caller keeps until the reply is in).
+func (s *Script) IntCmd(buf []any, keys []any, args ...any) *redis.IntCmd {
+	cmd := redis.NewIntCmd(context.Background(), s.Args(buf, keys, args...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// Run sends an EVALSHA of s through w's batcher and returns its reply, or,
+// once ctx is done, a command failed with ctx's cause (the call itself goes
+// on, unobserved). keys and args are boxed by the caller.
+func (s *Script) Run(ctx context.Context, w *Wire, keys []any, args ...any) *redis.Cmd {
+	cmd := s.Cmd(keys, args...)
+	cl := NewCall(cmd, s)
+	if left, err := w.Do(ctx, cl); left {
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
+	}
+	cl.Free()
+	return cmd
+}
+
+// Eval runs s by its source on rdb, outside the batcher.
+func (s *Script) Eval(ctx context.Context, rdb redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return rdb.Eval(ctx, s.src.(string), keys, args...)
+}
+
+// evalInstead runs cmd, an EVALSHA of s that failed with NOSCRIPT, as an
+// EVAL of the same arguments (which loads the script), and puts the outcome
+// into cmd.
+func (s *Script) evalInstead(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) {
+	args := append([]any(nil), cmd.Args()...)
+	args[0], args[1] = "eval", s.src
+	keyed := func(c redis.Cmder) redis.Cmder {
+		if n, ok := args[2].(int); ok && n > 0 {
+			c.SetFirstKeyPos(3)
+		}
+		return c
+	}
+	switch cmd := cmd.(type) {
+	case *redis.IntCmd:
+		e := redis.NewIntCmd(ctx, args...)
+		_ = rdb.Process(ctx, keyed(e))
+		cmd.SetVal(e.Val())
+		cmd.SetErr(e.Err())
+	case *redis.Cmd:
+		e := redis.NewCmd(ctx, args...)
+		_ = rdb.Process(ctx, keyed(e))
+		cmd.SetVal(e.Val())
+		cmd.SetErr(e.Err())
+	default:
+		cmd.SetErr(errUnsupported(cmd.Name()))
+	}
+}
+
+type errUnsupported string
+
+func (e errUnsupported) Error() string { return "wire: cannot resend a " + string(e) + " as EVAL" }
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
