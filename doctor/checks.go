@@ -466,7 +466,7 @@ func (d *doctor) checkPersistence() {
 func (d *doctor) checkReplicas(keys map[*node]keyResult) {
 	want := d.opts.ReplicaAck
 	d.perNode(NameReplicas, func(n *node) (Status, string) {
-		connected := "unknown (" + n.unreadable() + ")"
+		connected := "unknown (INFO not readable)"
 		if n.info != nil {
 			connected = n.info["connected_slaves"]
 		}

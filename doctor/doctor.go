@@ -167,8 +167,9 @@ type Options struct {
 	ReplicaTimeout time.Duration
 }
 
-// validate checks o before any network call.
-func (o Options) validate() error {
+// Validate returns an error wrapping ErrInvalidArgument when Check would
+// refuse o, without any network call. Safe for concurrent use.
+func (o Options) Validate() error {
 	ns := o.Namespace
 	switch {
 	case len(ns) > MaxNamespace:
@@ -213,7 +214,7 @@ func Check(ctx context.Context, rdb redis.UniversalClient, opts Options) (Report
 	if rdb == nil {
 		return Report{}, fmt.Errorf("%w: nil client", ErrInvalidArgument)
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return Report{}, err
 	}
 	if opts.ReplicaTimeout == 0 {
