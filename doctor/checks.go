@@ -221,7 +221,8 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 		case err := <-done:
 			return err
 		case <-ctx.Done():
-			go func() { _ = ps.Close(); <-done }()
+			p := ps
+			go func() { _ = p.Close(); <-done }()
 			ps = nil
 			return context.Cause(ctx)
 		}
@@ -253,7 +254,8 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 	case denied(err):
 		d.add(NamePubSub, Fail, "SUBSCRIBE %s denied for this user (%s): waiters could not hear releases; allow the channels (&%s*)", what, short(err), d.allowedPrefix())
 		return nil
-	case err != nil && isReply(err):
+	case err != nil && (isReply(err) || d.cluster != nil):
+		// On a Cluster, a node down is the cluster check's to report.
 		d.add(NamePubSub, Fail, "SUBSCRIBE %s: %s", what, short(err))
 		return nil
 	case err != nil:
@@ -265,7 +267,9 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 		case denied(err):
 			d.add(NamePubSub, Fail, "PUBLISH %s denied for this user (%s): releases could not wake waiters, who would wait up to a lock's TTL; allow the channels (&%s*)", ch, short(err), d.allowedPrefix())
 			return nil
-		case err != nil && isReply(err):
+		case ctx.Err() != nil:
+			return d.lost(ctx, err)
+		case err != nil && (isReply(err) || d.cluster != nil):
 			d.add(NamePubSub, Fail, "PUBLISH %s: %s", ch, short(err))
 			return nil
 		case err != nil:

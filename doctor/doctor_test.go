@@ -387,15 +387,17 @@ func TestCheckSilentServer(t *testing.T) {
 }
 
 // Redis stops answering in the middle of the checks (the proxy drops every
-// byte once INFO is sent): Check still returns when ctx ends, with the
-// context's error; a reset connection is ErrUnreachable.
+// byte once INFO, or PUBLISH with a subscription open, is sent): Check
+// still returns when ctx ends, with the context's error; a reset
+// connection is ErrUnreachable.
 func TestCheckSilentMidway(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	for _, fault := range []string{"blackhole", "reset"} {
-		t.Run(fault, func(t *testing.T) {
+	for _, tc := range []struct{ fault, on string }{{"blackhole", "info"}, {"blackhole", "publish"}, {"reset", "info"}} {
+		fault := tc.fault
+		t.Run(tc.fault+"-"+tc.on, func(t *testing.T) {
 			proxy := testenv.NewFaultProxy(t, srv.Addr())
 			rdb := client(t, proxy.Addr(), "")
-			rdb.AddHook(faultHook{on: "info", do: func() {
+			rdb.AddHook(faultHook{on: tc.on, do: func() {
 				if fault == "blackhole" {
 					proxy.Blackhole()
 				} else {
