@@ -174,9 +174,8 @@ func (t *target) probe(ctx context.Context) error {
 	if err != nil || t.node == nil {
 		return err
 	}
-	info, err := c.Info(ctx, "cluster").Result()
-	if err != nil || !strings.Contains(info, "cluster_enabled:1") {
-		return nil // INFO may be renamed or refused: then it is a plain node
+	if !clusterNode(ctx, c) {
+		return nil
 	}
 	n := t.node
 	if n.DB != 0 {
@@ -190,4 +189,25 @@ func (t *target) probe(ctx context.Context) error {
 	}
 	t.node = nil
 	return nil
+}
+
+// clusterNode reports whether c's server runs in cluster mode: HELLO's mode
+// (6.2+, allowed to any user, so a least-privilege user's ACL LOG stays
+// empty), else INFO cluster. INFO may be renamed or refused: then it is a
+// plain node.
+func clusterNode(ctx context.Context, c redis.UniversalClient) bool {
+	if v, err := c.Do(ctx, "hello").Result(); err == nil {
+		switch m := v.(type) {
+		case map[any]any:
+			return m["mode"] == "cluster"
+		case []any:
+			for i := 0; i+1 < len(m); i += 2 {
+				if m[i] == "mode" {
+					return m[i+1] == "cluster"
+				}
+			}
+		}
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }

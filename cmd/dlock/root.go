@@ -233,7 +233,7 @@ Exit codes (each command's --help lists its own):
 	root.Flags().Bool("version", false, "print dlock's version and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.demoCommand(), a.runCommand(), a.inspectCommand(), a.unlockCommand(),
-		a.benchCommand(), a.dashboardCommand(), a.versionCommand())
+		a.benchCommand(), a.dashboardCommand(), a.doctorCommand(), a.versionCommand())
 	return root
 }
 
