@@ -1,17 +1,14 @@
 package dlock
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/tier"
 )
 
 // Client hands out lock handles that share one Redis client, one pub/sub
@@ -40,12 +37,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 	}
 	if cfg.ClientID == "" {
-		cfg.ClientID = defaultClientID()
+		cfg.ClientID = keys.NewClientID()
 	}
 	c := &Client{cfg: cfg}
 	cfg.Renew, cfg.Touch = kind.Renew, kind.Touch
 	cfg.RenewFailed = func(_ int, err error) {
-		if c.fallback != nil && isInfrastructure(err) {
+		if c.fallback != nil && tier.IsInfrastructure(err) {
 			c.fallback.redisFailed() // holders too must see the outage
 		}
 	}
@@ -73,45 +70,9 @@ func (c *Client) ID() string { return c.cfg.ClientID }
 // call concurrently with lock operations, which then fail with ErrClosed.
 func (c *Client) Close() error { return c.e.Close() }
 
-// defaultClientID returns "<host>/<pid>/<16 hex digits>": unique among live
-// clients (64 random bits on top of host and process), and telling an
-// operator who inspects a lock which host and process holds it (see
-// ParseClientID). Redisson uses a random UUID for the same purpose.
-func defaultClientID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	host = strings.Map(func(r rune) rune {
-		if r <= ' ' || r == ':' || r == '/' || r == 0x7f {
-			return '_'
-		}
-		return r
-	}, host)
-	if len(host) > 64 {
-		host = host[:64]
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
-}
-
 // ParseClientID splits a client id made by New's default,
 // "<host>/<pid>/<random>", into its host and process id; ok is false for an
 // id set with WithClientID in another form (a Redisson UUID, say). An owner
 // field "<client id>:<n>" (Holder.Owner) is accepted as well. Safe for
 // concurrent use.
-func ParseClientID(id string) (host string, pid int, ok bool) {
-	if i := strings.LastIndexByte(id, ':'); i >= 0 {
-		id = id[:i]
-	}
-	parts := strings.Split(id, "/")
-	if len(parts) != 3 || parts[0] == "" || len(parts[2]) != 16 {
-		return "", 0, false
-	}
-	pid, err := strconv.Atoi(parts[1])
-	if err != nil || pid <= 0 {
-		return "", 0, false
-	}
-	return parts[0], pid, true
-}
+func ParseClientID(id string) (host string, pid int, ok bool) { return keys.ParseClientID(id) }

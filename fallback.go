@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-dev/dlock/internal/tier"
 )
 
 // Fallback is a second lock tier that a Client built WithFallback uses when
@@ -170,7 +165,7 @@ type tiers struct {
 func newTiers(c *Client) *tiers {
 	t := &tiers{c: c, f: c.cfg.fallback, cfg: c.cfg.fallbackCfg}
 	if t.cfg.breaker == nil {
-		t.cfg.breaker = newBreaker(5, 5*time.Second, c.observeBreaker)
+		t.cfg.breaker = tier.NewBreaker(5, 5*time.Second, c.observeBreaker)
 	}
 	if t.cfg.quarantine == 0 {
 		t.cfg.quarantine = c.cfg.Watchdog + lease.DriftMargin(c.cfg.Watchdog)
@@ -186,42 +181,17 @@ func newTiers(c *Client) *tiers {
 
 // withLock is WithLock with a fallback tier.
 func (t *tiers) withLock(ctx context.Context, req FallbackRequest, fn func(context.Context) error) error {
-	name := req.Name
 	start := time.Now()
-	reason := error(nil)
+	var reason error
 	done, err := t.cfg.breaker.Allow()
 	if err != nil {
-		reason = fmt.Errorf("%w: %w: %w", ErrUnavailable, errOpenBreaker, err)
+		reason = fmt.Errorf("%w: %w: %w", ErrUnavailable, tier.ErrOpenBreaker, err)
 	} else {
-		started := false
-		err := t.c.withRedisLock(ctx, req, func(fctx context.Context) error {
-			started = true
-			done(nil)
-			t.redisWorked(fctx)
-			if t.recovering() {
-				// Fallback holders of the outage may still be inside fn: take
-				// their lock too, above our token, and lift the Redis
-				// counter to the token the fallback issued, so that the
-				// name's later Redis tokens stay above it.
-				sreq := req
-				sreq.Wait = max(req.Wait-time.Since(start), 0)
-				sreq.TokenFloor = max(req.TokenFloor, TokenFrom(fctx))
-				err := t.f.Run(fctx, sreq, func(sctx context.Context) error {
-					tok := TokenFrom(sctx)
-					t.raiseRedisToken(sctx, name, tok)
-					return fn(ContextWithGrant(sctx, Grant{Name: name, Token: tok, Backend: BackendRedis}))
-				})
-				if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
-					err = context.Cause(fctx) // the Redis hold was lost while waiting
-				}
-				return err
-			}
-			return fn(fctx)
-		})
+		started, err := t.onRedis(ctx, req, start, done, fn)
 		switch {
 		case started:
 			return err
-		case ctx.Err() != nil || !isInfrastructure(err):
+		case ctx.Err() != nil || !tier.IsInfrastructure(err):
 			done(nil) // contention and cancellation are not Redis' fault
 			return err
 		}
@@ -235,21 +205,57 @@ func (t *tiers) withLock(ctx context.Context, req FallbackRequest, fn func(conte
 	if err := t.mayFallBack(ctx, start.Add(req.Wait)); err != nil {
 		return errors.Join(reason, err)
 	}
-	t.c.observeFallback(req.Kind, name, reason)
+	t.c.observeFallback(req.Kind, req.Name, reason)
+	return t.onFallback(ctx, req, start, fn)
+}
+
+// onRedis runs fn under the Redis lock; started reports whether fn ran.
+// While Redis recovers from an outage, fn also takes the fallback lock:
+// fallback holders of the outage may still be inside fn.
+func (t *tiers) onRedis(ctx context.Context, req FallbackRequest, start time.Time, done func(error), fn func(context.Context) error) (started bool, err error) {
+	err = t.c.withRedisLock(ctx, req, func(fctx context.Context) error {
+		started = true
+		done(nil)
+		t.redisWorked(fctx)
+		if !t.recovering() {
+			return fn(fctx)
+		}
+		// Take the fallback lock too, above our token, and lift the Redis
+		// counter to the token the fallback issued, so that the name's
+		// later Redis tokens stay above it.
+		sreq := req
+		sreq.Wait = max(req.Wait-time.Since(start), 0)
+		sreq.TokenFloor = max(req.TokenFloor, TokenFrom(fctx))
+		err := t.f.Run(fctx, sreq, func(sctx context.Context) error {
+			tok := TokenFrom(sctx)
+			t.raiseRedisToken(sctx, req.Name, tok)
+			return fn(ContextWithGrant(sctx, Grant{Name: req.Name, Token: tok, Backend: BackendRedis}))
+		})
+		if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
+			err = context.Cause(fctx) // the Redis hold was lost while waiting
+		}
+		return err
+	})
+	return started, err
+}
+
+// onFallback runs fn under the fallback tier's lock, reporting the
+// acquisition to the observers.
+func (t *tiers) onFallback(ctx context.Context, req FallbackRequest, start time.Time, fn func(context.Context) error) error {
 	freq := req
 	freq.Wait = max(req.Wait-time.Since(start), 0)
 	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
-	finish := t.c.observeAcquire(ctx, req.Kind, name)
+	finish := t.c.observeAcquire(ctx, req.Kind, req.Name)
 	granted := false
-	err = t.f.Run(ctx, freq, func(fctx context.Context) error {
+	err := t.f.Run(ctx, freq, func(fctx context.Context) error {
 		granted = true
 		if finish != nil {
-			finish(Acquisition{Kind: req.Kind, Name: name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
+			finish(Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
 		}
 		return fn(fctx)
 	})
 	if !granted && finish != nil {
-		a := Acquisition{Kind: req.Kind, Name: name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
+		a := Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
 		if errors.Is(err, ErrWaitTimeout) {
 			a.TimedOut, a.Err = true, nil
 		}
@@ -339,62 +345,11 @@ func (t *tiers) recovering() bool {
 	return time.Now().Before(t.recoveryUntil)
 }
 
-// isInfrastructure reports whether err means Redis could not be used, as
-// opposed to contention, a cancelled ctx or a caller's mistake.
-func isInfrastructure(err error) bool {
-	if err == nil || errors.Is(err, ErrWaitTimeout) || errors.Is(err, ErrInvalidArgument) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUpgrade) {
-		return false
-	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReplicated) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	for _, prefix := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // FallbackReason names the class of a Redis failure that made WithLock fall
 // back, for metrics with few label values: "breaker_open", "refused",
 // "reset", "timeout", "readonly", "loading", "masterdown", "clusterdown",
 // "unavailable" or "other". Safe for concurrent use.
-func FallbackReason(err error) string {
-	switch {
-	case errors.Is(err, errBreakerOpen) || errors.Is(err, errOpenBreaker):
-		return "breaker_open"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "refused"
-	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return "reset"
-	case redis.HasErrorPrefix(err, "READONLY"):
-		return "readonly"
-	case redis.HasErrorPrefix(err, "LOADING"):
-		return "loading"
-	case redis.HasErrorPrefix(err, "MASTERDOWN"):
-		return "masterdown"
-	case redis.HasErrorPrefix(err, "CLUSTERDOWN"):
-		return "clusterdown"
-	case errors.Is(err, ErrUnavailable):
-		return "unavailable"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
-		return "timeout"
-	}
-	return "other"
-}
-
-// errOpenBreaker marks a refusal by any Breaker (gobreaker's included).
-var errOpenBreaker = errors.New("dlock: circuit breaker refused the call")
+func FallbackReason(err error) string { return tier.Reason(err) }
 
 // raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
 // failure leaves later Redis tokens below tok, which the resource's fencing

@@ -5,7 +5,8 @@
 //	go run ./.ci/shape
 //
 // The layers, top to bottom, are listed in layers below; a package imports
-// only packages of lower layers (or its own).
+// only packages of lower layers (or its own). Functions are counted in every
+// module of the repository (tests and the test environment aside).
 package main
 
 import (
@@ -25,7 +26,7 @@ const module = "github.com/dlock-dev/dlock"
 // wire, and the leaves every layer may use.
 var layers = [][]string{
 	{"."},
-	{"internal/kind"},
+	{"internal/kind", "internal/tier"},
 	{"internal/lease"},
 	{"internal/wire", "internal/notify", "internal/renew"},
 	{"internal/keys", "internal/lockcheck", "internal/discover"},
@@ -42,9 +43,13 @@ func layerOf(dir string) int {
 	return -1
 }
 
+// maxFunc is the longest a function may be, in lines.
+const maxFunc = 60
+
 type fn struct {
-	name  string
-	lines int
+	name    string
+	lines   int
+	library bool // in the library module (not a sub-module with its own go.mod)
 }
 
 func main() {
@@ -57,7 +62,7 @@ func main() {
 			return err
 		}
 		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testenv" || fileExists(filepath.Join(path, "go.mod"))) {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testenv") {
 				return filepath.SkipDir
 			}
 			return nil
@@ -77,7 +82,7 @@ func main() {
 		for _, decl := range f.Decls {
 			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Body != nil {
 				n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
-				fns = append(fns, fn{path + ":" + funcName(fd), n})
+				fns = append(fns, fn{path + ":" + funcName(fd), n, inLibrary(dir)})
 			}
 		}
 		from := layerOf(dir)
@@ -103,9 +108,23 @@ func main() {
 	sort.Slice(fns, func(i, j int) bool { return fns[i].lines > fns[j].lines })
 	fmt.Printf("root non-test lines: %d\n", rootLines)
 	fmt.Printf("root exported names: %d\n", exported)
-	for i := 0; i < 5 && i < len(fns); i++ {
-		fmt.Printf("longest function %d: %s (%d lines)\n", i+1, fns[i].name, fns[i].lines)
+	others := 0
+	for _, f := range fns {
+		switch {
+		case f.lines <= maxFunc:
+		case f.library:
+			fmt.Printf("library function over %d lines: %s (%d)\n", maxFunc, f.name, f.lines)
+		default:
+			others++
+		}
 	}
+	for _, f := range fns {
+		if f.library {
+			fmt.Printf("longest library function: %s (%d lines)\n", f.name, f.lines)
+			break
+		}
+	}
+	fmt.Printf("functions over %d lines in the other modules (CLI, integrations, bench): %d\n", maxFunc, others)
 	fmt.Printf("imports pointing upward: %d\n", len(upward))
 	for _, u := range upward {
 		fmt.Println("  " + u)
@@ -113,6 +132,17 @@ func main() {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// inLibrary reports whether dir belongs to the library module: no go.mod
+// between it and the repository root.
+func inLibrary(dir string) bool {
+	for ; dir != "." && dir != ""; dir = filepath.Dir(dir) {
+		if fileExists(filepath.Join(dir, "go.mod")) {
+			return false
+		}
+	}
+	return true
+}
 
 func funcName(fd *ast.FuncDecl) string {
 	if fd.Recv == nil || len(fd.Recv.List) == 0 {

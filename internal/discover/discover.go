@@ -93,86 +93,103 @@ func Masters(ctx context.Context, rdb redis.UniversalClient, fn func(context.Con
 
 // Run scans every master of rdb.
 func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, error) {
-	f := Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{}, Semaphores: map[string]bool{}}
-	var mu sync.Mutex
-	full := func() bool { return o.Limit > 0 && f.size() >= o.Limit }
-	want := func(name string) bool { return o.Match == "" || Glob(o.Match, name) }
-	// addLock files a lock key: an election's lock under its election name.
-	addLock := func(k string, held bool) {
-		if full() {
-			return
-		}
-		if e, ok := keys.NameFromCompanion(keys.ElectionPrefix, k); ok {
-			if want(e) {
-				f.Elections[e] = true
-			}
-			return
-		}
-		if keys.Validate(k) != nil || !want(k) {
-			return
-		}
-		f.Locks[k] = true
-		if held {
-			f.Held[k] = true
-		}
-	}
+	r := &run{o: o, f: Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{}, Semaphores: map[string]bool{}}}
 	err := Masters(ctx, rdb, func(ctx context.Context, node *redis.Client) error {
-		err := scan(ctx, node, "", "hash", func(ks []string) (bool, error) {
-			var cmds []*redis.StringSliceCmd
-			if len(ks) > 0 {
-				p := node.Pipeline()
-				for _, k := range ks {
-					cmds = append(cmds, p.HRandField(ctx, k, ProbeFields))
-				}
-				if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-					return false, err
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			f.Cost.Scans++
-			f.Cost.Keys += len(ks)
-			f.Cost.Probes += len(ks)
-			for i, k := range ks {
-				if LooksLikeLock(cmds[i].Val()) {
-					addLock(k, true)
-				}
-			}
-			return full(), nil
-		})
-		if err != nil {
+		if err := scan(ctx, node, "", "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
 			return err
 		}
-		err = scan(ctx, node, "dlock:fence:*", "string", func(ks []string) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			f.Cost.Scans++
-			f.Cost.Keys += len(ks)
-			for _, k := range ks {
-				if n, ok := keys.NameFromCompanion("dlock:fence", k); ok {
-					addLock(n, false)
-				}
-			}
-			return full(), nil
-		})
-		if err != nil || !o.Semaphores {
+		if err := scan(ctx, node, "dlock:fence:*", "string", r.fences); err != nil || !o.Semaphores {
 			return err
 		}
-		return scan(ctx, node, keys.SemaphorePrefix+":*", "zset", func(ks []string) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			f.Cost.Scans++
-			f.Cost.Keys += len(ks)
-			for _, k := range ks {
-				if n, ok := keys.NameFromCompanion(keys.SemaphorePrefix, k); ok && want(n) && !full() {
-					f.Semaphores[n] = true
-				}
-			}
-			return full(), nil
-		})
+		return scan(ctx, node, keys.SemaphorePrefix+":*", "zset", r.semaphores)
 	})
 	// Held names first: a lock seen by both scans is held.
-	return f, err
+	return r.f, err
+}
+
+// run is one Run: what it found so far, shared by the masters' scans.
+type run struct {
+	o  Options
+	mu sync.Mutex
+	f  Found
+}
+
+func (r *run) full() bool { return r.o.Limit > 0 && r.f.size() >= r.o.Limit }
+
+func (r *run) want(name string) bool { return r.o.Match == "" || Glob(r.o.Match, name) }
+
+// addLock files a lock key: an election's lock under its election name.
+// The caller holds r.mu.
+func (r *run) addLock(k string, held bool) {
+	if r.full() {
+		return
+	}
+	if e, ok := keys.NameFromCompanion(keys.ElectionPrefix, k); ok {
+		if r.want(e) {
+			r.f.Elections[e] = true
+		}
+		return
+	}
+	if keys.Validate(k) != nil || !r.want(k) {
+		return
+	}
+	r.f.Locks[k] = true
+	if held {
+		r.f.Held[k] = true
+	}
+}
+
+// hashes probes a page of hashes for lock fields (HRANDFIELD, pipelined).
+func (r *run) hashes(ctx context.Context, node *redis.Client, ks []string) (bool, error) {
+	var cmds []*redis.StringSliceCmd
+	if len(ks) > 0 {
+		p := node.Pipeline()
+		for _, k := range ks {
+			cmds = append(cmds, p.HRandField(ctx, k, ProbeFields))
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return false, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.f.Cost.Scans++
+	r.f.Cost.Keys += len(ks)
+	r.f.Cost.Probes += len(ks)
+	for i, k := range ks {
+		if LooksLikeLock(cmds[i].Val()) {
+			r.addLock(k, true)
+		}
+	}
+	return r.full(), nil
+}
+
+// fences files the names of a page of fencing counters.
+func (r *run) fences(ks []string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.f.Cost.Scans++
+	r.f.Cost.Keys += len(ks)
+	for _, k := range ks {
+		if n, ok := keys.NameFromCompanion("dlock:fence", k); ok {
+			r.addLock(n, false)
+		}
+	}
+	return r.full(), nil
+}
+
+// semaphores files the names of a page of semaphores' permit sets.
+func (r *run) semaphores(ks []string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.f.Cost.Scans++
+	r.f.Cost.Keys += len(ks)
+	for _, k := range ks {
+		if n, ok := keys.NameFromCompanion(keys.SemaphorePrefix, k); ok && r.want(n) && !r.full() {
+			r.f.Semaphores[n] = true
+		}
+	}
+	return r.full(), nil
 }
 
 // scan pages through SCAN MATCH match TYPE typ, calling page with each
@@ -216,34 +233,11 @@ func Glob(pattern, name string) bool {
 			}
 			pattern, name = pattern[1:], name[1:]
 		case '[':
-			if name == "" {
+			rest, ok := matchSet(pattern, name)
+			if !ok {
 				return false
 			}
-			end := strings.IndexByte(pattern[1:], ']')
-			if end < 0 {
-				return false
-			}
-			set := pattern[1 : 1+end]
-			pattern = pattern[2+end:]
-			neg := strings.HasPrefix(set, "^")
-			if neg {
-				set = set[1:]
-			}
-			hit := false
-			for i := 0; i < len(set); i++ {
-				if i+2 < len(set) && set[i+1] == '-' {
-					if set[i] <= name[0] && name[0] <= set[i+2] {
-						hit = true
-					}
-					i += 2
-				} else if set[i] == name[0] {
-					hit = true
-				}
-			}
-			if hit == neg {
-				return false
-			}
-			name = name[1:]
+			pattern, name = rest, name[1:]
 		case '\\':
 			if len(pattern) > 1 {
 				pattern = pattern[1:]
@@ -257,4 +251,33 @@ func Glob(pattern, name string) bool {
 		}
 	}
 	return name == ""
+}
+
+// matchSet matches name's first byte against the set that opens pattern
+// ("[abc]", "[^a-z]"); it returns the pattern after the set.
+func matchSet(pattern, name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	end := strings.IndexByte(pattern[1:], ']')
+	if end < 0 {
+		return "", false
+	}
+	set := pattern[1 : 1+end]
+	neg := strings.HasPrefix(set, "^")
+	if neg {
+		set = set[1:]
+	}
+	hit := false
+	for i := 0; i < len(set); i++ {
+		if i+2 < len(set) && set[i+1] == '-' {
+			if set[i] <= name[0] && name[0] <= set[i+2] {
+				hit = true
+			}
+			i += 2
+		} else if set[i] == name[0] {
+			hit = true
+		}
+	}
+	return pattern[2+end:], hit != neg
 }

@@ -10,8 +10,11 @@
 package keys
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -206,4 +209,47 @@ const forcedPrefix = "forced "
 func ParseForcedMessage(msg string) (lockKey string, ok bool) {
 	lockKey, ok = strings.CutPrefix(msg, forcedPrefix)
 	return lockKey, ok && lockKey != ""
+}
+
+// ParseClientID splits a client id made by dlock.New's default,
+// "<host>/<pid>/<random>", into its host and process id; ok is false for an
+// id set with WithClientID in another form (a Redisson UUID, say). An owner
+// field "<client id>:<n>" (Holder.Owner) is accepted as well. Safe for
+// concurrent use.
+func ParseClientID(id string) (host string, pid int, ok bool) {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		id = id[:i]
+	}
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 || parts[0] == "" || len(parts[2]) != 16 {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return "", 0, false
+	}
+	return parts[0], pid, true
+}
+
+// NewClientID returns "<host>/<pid>/<16 hex digits>": unique among live
+// clients (64 random bits on top of host and process), and telling an
+// operator who inspects a lock which host and process holds it (see
+// ParseClientID). Redisson uses a random UUID for the same purpose.
+func NewClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r <= ' ' || r == ':' || r == '/' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, host)
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
 }

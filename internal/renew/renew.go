@@ -281,11 +281,32 @@ func (r *Renewer) call(b []*Entry) {
 	ctx, cancel := context.WithTimeout(r.base, r.cfg.Period)
 	codes, err := r.cfg.Run(ctx, b, ttls)
 	cancel()
+	renewed, failed, lost := r.sort(b, codes, err, sent)
+	if err != nil {
+		for _, e := range failed {
+			e.Holder.Failed(err)
+		}
+		if r.cfg.Failed != nil {
+			r.cfg.Failed(len(b), err)
+		}
+		return
+	}
+	if r.cfg.Batched != nil {
+		r.cfg.Batched(len(b))
+	}
+	for _, e := range renewed {
+		e.Holder.Renewed(sent)
+	}
+	for _, i := range lost {
+		b[i].Holder.Lost(codes[i])
+	}
+}
 
+// sort reschedules the entries of a call that returned, and tells which
+// were renewed, which failed and which were lost (indexes into b).
+func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (renewed, failed []*Entry, lost []int) {
 	r.mu.Lock()
 	done := b[0].inflight
-	var renewed, failed []*Entry
-	var lost []int // indexes into b
 	for i, e := range b {
 		e.inflight = nil
 		if e.removed {
@@ -313,23 +334,5 @@ func (r *Renewer) call(b []*Entry) {
 	}
 	r.mu.Unlock()
 	close(done)
-
-	if err != nil {
-		for _, e := range failed {
-			e.Holder.Failed(err)
-		}
-		if r.cfg.Failed != nil {
-			r.cfg.Failed(len(b), err)
-		}
-		return
-	}
-	if r.cfg.Batched != nil {
-		r.cfg.Batched(len(b))
-	}
-	for _, e := range renewed {
-		e.Holder.Renewed(sent)
-	}
-	for _, i := range lost {
-		b[i].Holder.Lost(codes[i])
-	}
+	return renewed, failed, lost
 }

@@ -1,0 +1,242 @@
+package kind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/discover"
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/wire"
+)
+
+// The types of LockInfo (dlock.TypeLock, ...).
+const (
+	TypeLock      = "lock"      // a Mutex, FairMutex or RWMutex name
+	TypeElection  = "election"  // an Election
+	TypeSemaphore = "semaphore" // a Semaphore
+)
+
+// LockInfo is a snapshot of one lock name as Redis has it, for operators
+// and tools (dlock.LockInfo).
+type LockInfo struct {
+	// Type is TypeLock for Mutex, FairMutex and RWMutex names (Inspect's
+	// only type), TypeElection or TypeSemaphore (see Client.Locks).
+	Type    string
+	Name    string
+	Locked  bool
+	Mode    string        // "" for Mutex and FairMutex; "read" or "write" for RWMutex
+	Holders []Holder      // sorted by owner
+	TTL     time.Duration // remaining TTL; 0 when not locked, -1 when the key has none
+	Token   uint64        // the last fencing token issued for the name (0: none alive)
+	Waiters []Waiter      // queued for a direct hand-off (Mutex, FairMutex), first first
+	// WaitingWriters counts writers of an RWMutex waiting for the lock.
+	WaitingWriters int
+	// Leader is an election's leader value ("" when nobody leads).
+	Leader string
+	// Permits is a semaphore's number of permits.
+	Permits int
+}
+
+// Holder is one owner of a lock and its reentrant hold count.
+type Holder struct {
+	Owner string // "<client id>:<n>"; an RWMutex writer ends in ":write"
+	Count int64
+	// TTL is a semaphore permit's remaining lease; 0 for lock holders
+	// (LockInfo.TTL is the lock's).
+	TTL time.Duration
+	// Host and PID name the holder's process when its client id is
+	// New's default (see ParseClientID); empty and 0 otherwise.
+	Host string
+	PID  int
+}
+
+// Waiter is one queued waiter.
+type Waiter struct {
+	Owner string        // "<client id>:<n>"
+	TTL   time.Duration // the TTL it asked for
+}
+
+// Inspect reads the state of the lock name in one MULTI (dlock.Client.Inspect).
+func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error) {
+	info := LockInfo{Type: TypeLock, Name: name}
+	if ctx == nil {
+		return info, fmt.Errorf("%w: nil context", lease.ErrInvalidArgument)
+	}
+	if err := keys.Validate(name); err != nil {
+		return info, fmt.Errorf("%w: %w", lease.ErrInvalidArgument, err)
+	}
+	if e.Closed() {
+		return info, lease.ErrClosed
+	}
+	ks := keys.For(name)
+	var typ *redis.StatusCmd
+	var fields *redis.MapStringStringCmd
+	var pttl *redis.DurationCmd
+	var fence *redis.StringCmd
+	var queue *redis.StringSliceCmd
+	var writers *redis.IntCmd
+	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
+			typ = p.Type(ctx, ks.Lock)
+			fields = p.HGetAll(ctx, ks.Lock)
+			pttl = p.PTTL(ctx, ks.Lock)
+			fence = p.Get(ctx, ks.Fence)
+			queue = p.LRange(ctx, ks.Queue, 0, -1)
+			writers = p.ZCard(ctx, ks.Writers)
+			return nil
+		})
+	}, nil)
+	if err != nil && ctx.Err() != nil {
+		return info, err
+	}
+	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
+		return info, fmt.Errorf("%w: %q is a Redis %s", lease.ErrNotLock, name, t)
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return info, err
+	}
+	info.holders(fields.Val())
+	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Owner < info.Holders[j].Owner })
+	info.Locked = len(info.Holders) > 0
+	if d := pttl.Val(); info.Locked && (d > 0 || d == -1) {
+		info.TTL = d
+	}
+	if v, err := fence.Uint64(); err == nil {
+		info.Token = v
+	}
+	for _, e := range queue.Val() {
+		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
+			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
+		}
+	}
+	info.WaitingWriters = int(writers.Val())
+	return info, nil
+}
+
+// Locks lists the locks, elections and semaphores whose names match
+// (dlock.Client.Locks).
+func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", lease.ErrInvalidArgument)
+	}
+	if e.Closed() {
+		return nil, lease.ErrClosed
+	}
+	if match == "*" {
+		match = ""
+	}
+	f, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
+		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true})
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []LockInfo
+	for n := range f.Locks {
+		info, err := Inspect(ctx, e, n)
+		if errors.Is(err, lease.ErrNotLock) {
+			continue // another type now
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info)
+	}
+	for n := range f.Elections {
+		info, err := Inspect(ctx, e, keys.Election(n).Lock)
+		if errors.Is(err, lease.ErrNotLock) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		info.Type, info.Name = TypeElection, n
+		out = append(out, info)
+	}
+	for n := range f.Semaphores {
+		info, err := inspectSemaphore(ctx, e, n)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Type != out[j].Type {
+			return out[i].Type < out[j].Type
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// inspectSemaphore reads a semaphore's permits, size and queue in one MULTI.
+func inspectSemaphore(ctx context.Context, e *lease.Engine, name string) (LockInfo, error) {
+	info := LockInfo{Type: TypeSemaphore, Name: name}
+	ks := keys.Semaphore(name)
+	var permits *redis.ZSliceCmd
+	var size *redis.StringCmd
+	var queue *redis.StringSliceCmd
+	var pttl *redis.DurationCmd
+	var now *redis.TimeCmd
+	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
+		return e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
+			now = p.Time(ctx)
+			permits = p.ZRangeWithScores(ctx, ks.Permits, 0, -1)
+			size = p.Get(ctx, ks.Size)
+			queue = p.LRange(ctx, ks.Queue, 0, -1)
+			pttl = p.PTTL(ctx, ks.Permits)
+			return nil
+		})
+	}, nil)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return info, err
+	}
+	nowMs := now.Val().UnixMilli()
+	for _, z := range permits.Val() {
+		left := time.Duration(int64(z.Score)-nowMs) * time.Millisecond
+		if left <= 0 {
+			continue // expired, not yet reaped
+		}
+		owner, _ := z.Member.(string)
+		host, pid, _ := keys.ParseClientID(owner)
+		info.Holders = append(info.Holders, Holder{Owner: owner, Count: 1, TTL: left, Host: host, PID: pid})
+	}
+	info.Locked = len(info.Holders) > 0
+	if d := pttl.Val(); info.Locked && d > 0 {
+		info.TTL = d
+	}
+	info.Permits, _ = strconv.Atoi(size.Val())
+	for _, e := range queue.Val() {
+		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
+			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
+		}
+	}
+	return info, nil
+}
+
+// holders reads a lock hash's fields: the mode, an election's leader, and
+// an owner per other field.
+func (info *LockInfo) holders(fields map[string]string) {
+	for owner, v := range fields {
+		if owner == "mode" {
+			info.Mode = v
+			continue
+		}
+		if owner == keys.LeaderField { // an election's lock: its leader, not an owner
+			if _, val, ok := keys.ParseLeaderValue(v); ok {
+				info.Leader = val
+			}
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		host, pid, _ := keys.ParseClientID(owner)
+		info.Holders = append(info.Holders, Holder{Owner: owner, Count: n, Host: host, PID: pid})
+	}
+}
