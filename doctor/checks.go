@@ -211,43 +211,10 @@ func (d *doctor) channels() []string {
 // each, waits for them and unsubscribes.
 func (d *doctor) checkPubSub(ctx context.Context) error {
 	chans := d.channels()
-	ps := d.rdb.Subscribe(ctx) // no channel yet: no connection
-	// psDo runs f on ps; when ctx ends first, ps is closed in the
-	// background (which ends f's read) and ctx's cause returned.
-	psDo := func(f func(ctx context.Context) error) error {
-		done := make(chan error, 1)
-		go func() { done <- f(ctx) }()
-		select {
-		case err := <-done:
-			return err
-		case <-ctx.Done():
-			p := ps
-			go func() { _ = p.Close(); <-done }()
-			ps = nil
-			return context.Cause(ctx)
-		}
-	}
-	defer func() {
-		if ps != nil {
-			_ = ps.Close()
-		}
-	}()
+	sub := &probeSub{ps: d.rdb.Subscribe(ctx)} // no channel yet: no connection
+	defer sub.close()
 	what := strings.Join(chans, ", ")
-	err := psDo(func(ctx context.Context) error {
-		if err := ps.Subscribe(ctx, chans...); err != nil {
-			return err
-		}
-		for range chans {
-			msg, err := ps.Receive(ctx)
-			if err != nil {
-				return err
-			}
-			if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" {
-				return fmt.Errorf("unexpected reply %v", msg)
-			}
-		}
-		return nil
-	})
+	err := sub.do(ctx, func(ctx context.Context) error { return subscribeAll(ctx, sub.ps, chans) })
 	switch {
 	case ctx.Err() != nil:
 		return d.lost(ctx, err)
@@ -261,25 +228,13 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 	case err != nil:
 		return d.lost(ctx, err)
 	}
-	for _, ch := range chans {
-		_, err := call(ctx, func(ctx context.Context) (int64, error) { return d.rdb.Publish(ctx, ch, "dlock doctor").Result() })
-		switch {
-		case denied(err):
-			d.add(NamePubSub, Fail, "PUBLISH %s denied for this user (%s): releases could not wake waiters, who would wait up to a lock's TTL; allow the channels (&%s*)", ch, short(err), d.allowedPrefix())
-			return nil
-		case ctx.Err() != nil:
-			return d.lost(ctx, err)
-		case err != nil && (isReply(err) || d.cluster != nil):
-			d.add(NamePubSub, Fail, "PUBLISH %s: %s", ch, short(err))
-			return nil
-		case err != nil:
-			return d.lost(ctx, err)
-		}
+	if done, err := d.publishAll(ctx, chans); done {
+		return err
 	}
 	got := map[string]bool{}
-	err = psDo(func(ctx context.Context) error {
+	err = sub.do(ctx, func(ctx context.Context) error {
 		for len(got) < len(chans) {
-			msg, err := ps.ReceiveTimeout(ctx, deliveryTimeout)
+			msg, err := sub.ps.ReceiveTimeout(ctx, deliveryTimeout)
 			if err != nil {
 				return err
 			}
@@ -287,7 +242,7 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 				got[m.Channel] = true
 			}
 		}
-		return ps.Unsubscribe(ctx, chans...)
+		return sub.ps.Unsubscribe(ctx, chans...)
 	})
 	switch {
 	case ctx.Err() != nil:
@@ -298,6 +253,69 @@ func (d *doctor) checkPubSub(ctx context.Context) error {
 	}
 	d.add(NamePubSub, OK, "SUBSCRIBE, PUBLISH and UNSUBSCRIBE allowed on %s; messages delivered", what)
 	return nil
+}
+
+// probeSub is the pub/sub check's subscription.
+type probeSub struct{ ps *redis.PubSub }
+
+// do runs f on the subscription; when ctx ends first, the subscription is
+// closed in the background (which ends f's read) and ctx's cause returned.
+func (s *probeSub) do(ctx context.Context, f func(ctx context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		p := s.ps
+		go func() { _ = p.Close(); <-done }()
+		s.ps = nil
+		return context.Cause(ctx)
+	}
+}
+
+func (s *probeSub) close() {
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+}
+
+// subscribeAll subscribes chans and waits for every confirmation.
+func subscribeAll(ctx context.Context, ps *redis.PubSub, chans []string) error {
+	if err := ps.Subscribe(ctx, chans...); err != nil {
+		return err
+	}
+	for range chans {
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" {
+			return fmt.Errorf("unexpected reply %v", msg)
+		}
+	}
+	return nil
+}
+
+// publishAll publishes a probe on each channel; done reports that the
+// check is decided (a failure added, or contact lost: err).
+func (d *doctor) publishAll(ctx context.Context, chans []string) (done bool, err error) {
+	for _, ch := range chans {
+		_, err := call(ctx, func(ctx context.Context) (int64, error) { return d.rdb.Publish(ctx, ch, "dlock doctor").Result() })
+		switch {
+		case denied(err):
+			d.add(NamePubSub, Fail, "PUBLISH %s denied for this user (%s): releases could not wake waiters, who would wait up to a lock's TTL; allow the channels (&%s*)", ch, short(err), d.allowedPrefix())
+			return true, nil
+		case ctx.Err() != nil:
+			return true, d.lost(ctx, err)
+		case err != nil && (isReply(err) || d.cluster != nil):
+			d.add(NamePubSub, Fail, "PUBLISH %s: %s", ch, short(err))
+			return true, nil
+		case err != nil:
+			return true, d.lost(ctx, err)
+		}
+	}
+	return false, nil
 }
 
 // allowedPrefix is the ACL pattern prefix the layout needs.

@@ -97,6 +97,14 @@ func probeNode(ctx context.Context, c cmdable, n *node) error {
 		}
 	}
 
+	if err := probeInfo(ctx, c, n); err != nil {
+		return err
+	}
+	return probeConfig(ctx, c, n)
+}
+
+// probeInfo reads INFO unless the ACL is known to deny it.
+func probeInfo(ctx context.Context, c cmdable, n *node) error {
 	if n.aclInfo == 0 {
 		n.infoSkip = "the ACL denies it"
 	} else {
@@ -110,6 +118,12 @@ func probeNode(ctx context.Context, c cmdable, n *node) error {
 		}
 	}
 
+	return nil
+}
+
+// probeConfig reads with CONFIG GET what INFO does not tell, unless the
+// ACL denies it (or is likely to).
+func probeConfig(ctx context.Context, c cmdable, n *node) error {
 	switch {
 	case n.aclConfig == 0:
 		n.confSkip = "the ACL denies it"
