@@ -293,7 +293,7 @@ func TestInvalidArguments(t *testing.T) {
 		"elector nil opt":  func() error { _, err := dlockgocron.NewElector(c, "e", nil); return err },
 		"empty key":        func() error { _, err := newLocker(t, c).Lock(ctx, ""); return err },
 		"bad key":          func() error { _, err := newLocker(t, c).Lock(ctx, "a}b"); return err },
-		"IsLeader nil ctx": func() error { return (&dlockgocron.Elector{}).IsLeader(nil) }, //nolint:staticcheck // nil ctx on purpose
+		"IsLeader nil ctx": func() error { var nilCtx context.Context; return (&dlockgocron.Elector{}).IsLeader(nilCtx) },
 	} {
 		if err := f(); !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)

@@ -159,17 +159,6 @@ func (b backend) kill(t testing.TB, admin *sql.DB, id int64) {
 	}
 }
 
-// sessions returns how many client sessions the server has besides the
-// one asking.
-func (b backend) sessions(t testing.TB, admin *sql.DB) int {
-	t.Helper()
-	var n int
-	if err := admin.QueryRowContext(ctxT(t, 5*time.Second), b.sessionsQuery).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // nowMicros returns the server's clock in microseconds.
 func (b backend) now(t testing.TB, admin *sql.DB) int64 {
 	t.Helper()

@@ -126,12 +126,12 @@ func snapshotOf(t *testing.T, base string) snapshot {
 // a hash-tagged name, and a free name with a fencing counter; plus keys that
 // are not locks.
 type lockScene struct {
-	held, rw, tagged, free *dlock.Mutex
-	rwm                    *dlock.RWMutex
-	freeToken              uint64
-	waitersDone            chan error
-	letGo                  chan struct{} // closed by close: granted waiters hold until then
-	cancel                 context.CancelFunc
+	held, tagged, free *dlock.Mutex
+	rwm                *dlock.RWMutex
+	freeToken          uint64
+	waitersDone        chan error
+	letGo              chan struct{} // closed by close: granted waiters hold until then
+	cancel             context.CancelFunc
 }
 
 func newScene(t *testing.T, r *testenv.Redis) *lockScene {
