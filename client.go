@@ -17,7 +17,7 @@ import (
 type Client struct {
 	e        *lease.Engine
 	cfg      config
-	fallback *tiers // WithFallback; nil without
+	fallback *tier.Tiers // WithFallback; nil without
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
@@ -43,17 +43,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg.Renew, cfg.Touch = kind.Renew, kind.Touch
 	cfg.RenewFailed = func(_ int, err error) {
 		if c.fallback != nil && tier.IsInfrastructure(err) {
-			c.fallback.redisFailed() // holders too must see the outage
+			c.fallback.RedisFailed() // holders too must see the outage
 		}
 	}
 	cfg.RenewBatched = func(int) {
 		if c.fallback != nil {
-			c.fallback.reachedRedis()
+			c.fallback.ReachedRedis()
 		}
 	}
 	c.e = lease.New(rdb, cfg.Config)
 	if cfg.fallback != nil {
-		c.fallback = newTiers(c)
+		c.fallback = c.newTiers()
 	}
 	return c, nil
 }

@@ -163,6 +163,40 @@ func (e *Election) Resign(ctx context.Context) error {
 	return t.h.Release(ctx, true)
 }
 
+// Proclaim changes the leader's value without a new election (etcd's
+// Proclaim): ctx is the leadership context Campaign returned (or one
+// derived from it); without one, the handle's current leadership is used.
+// Leader and Observe see the new value. It returns an error, never nil,
+// once the leadership has ended: ErrNotHeld, or an error wrapping
+// ErrLockLost. Safe for concurrent use.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	h := lease.From(ctx, e.c.e, e.ks.Lock)
+	if h == nil {
+		e.mu.Lock()
+		if e.term != nil {
+			h = e.term.h
+		}
+		e.mu.Unlock()
+	}
+	if h == nil {
+		return ErrNotHeld
+	}
+	if err := h.Err(); err != nil {
+		return err
+	}
+	ok, err := e.p.Announce(ctx, h, value)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return &LossError{Name: e.ks.Lock, Reason: ErrTakenOver}
+	}
+	return nil
+}
+
 // Leader returns the current leader's value, or ErrNoLeader when nobody
 // leads (a new leader counts once it has announced its value, moments
 // after its grant). One Redis call; safe for concurrent use.

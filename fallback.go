@@ -2,14 +2,10 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/kind"
-	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/tier"
 )
 
@@ -147,263 +143,25 @@ func WithFallback(f Fallback, opts ...FallbackOption) Option {
 	}
 }
 
-// tiers is a Client's fallback state.
-type tiers struct {
-	c       *Client
-	f       Fallback
-	witness RedisWitness // nil unless strict
-	cfg     fallbackConfig
-
-	maxToken atomic.Uint64 // the highest Redis token this Client saw
-
-	mu            sync.Mutex
-	downSince     time.Time // first infrastructure failure since Redis last worked
-	recoveryUntil time.Time // Redis grants also take the fallback lock until then
-	lastWitness   time.Time
-}
-
-func newTiers(c *Client) *tiers {
-	t := &tiers{c: c, f: c.cfg.fallback, cfg: c.cfg.fallbackCfg}
-	if t.cfg.breaker == nil {
-		t.cfg.breaker = tier.NewBreaker(5, 5*time.Second, c.observeBreaker)
-	}
-	if t.cfg.quarantine == 0 {
-		t.cfg.quarantine = c.cfg.Watchdog + lease.DriftMargin(c.cfg.Watchdog)
-	}
-	if t.cfg.recovery == 0 {
-		t.cfg.recovery = max(2*t.cfg.quarantine, 10*time.Second)
-	}
-	if t.cfg.strict {
-		t.witness = t.f.(RedisWitness)
-	}
-	return t
-}
-
-// withLock is WithLock with a fallback tier.
-func (t *tiers) withLock(ctx context.Context, req FallbackRequest, fn func(context.Context) error) error {
-	start := time.Now()
-	var reason error
-	done, err := t.cfg.breaker.Allow()
-	if err != nil {
-		reason = fmt.Errorf("%w: %w: %w", ErrUnavailable, tier.ErrOpenBreaker, err)
-	} else {
-		started, err := t.onRedis(ctx, req, start, done, fn)
-		switch {
-		case started:
-			return err
-		case ctx.Err() != nil || !tier.IsInfrastructure(err):
-			done(nil) // contention and cancellation are not Redis' fault
-			return err
-		}
-		done(err)
-		reason = err
-		t.redisFailed()
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if err := t.mayFallBack(ctx, start.Add(req.Wait)); err != nil {
-		return errors.Join(reason, err)
-	}
-	t.c.observeFallback(req.Kind, req.Name, reason)
-	return t.onFallback(ctx, req, start, fn)
-}
-
-// onRedis runs fn under the Redis lock; started reports whether fn ran.
-// While Redis recovers from an outage, fn also takes the fallback lock:
-// fallback holders of the outage may still be inside fn.
-func (t *tiers) onRedis(ctx context.Context, req FallbackRequest, start time.Time, done func(error), fn func(context.Context) error) (started bool, err error) {
-	err = t.c.withRedisLock(ctx, req, func(fctx context.Context) error {
-		started = true
-		done(nil)
-		t.redisWorked(fctx)
-		if !t.recovering() {
-			return fn(fctx)
-		}
-		// Take the fallback lock too, above our token, and lift the Redis
-		// counter to the token the fallback issued, so that the name's
-		// later Redis tokens stay above it.
-		sreq := req
-		sreq.Wait = max(req.Wait-time.Since(start), 0)
-		sreq.TokenFloor = max(req.TokenFloor, TokenFrom(fctx))
-		err := t.f.Run(fctx, sreq, func(sctx context.Context) error {
-			tok := TokenFrom(sctx)
-			t.raiseRedisToken(sctx, req.Name, tok)
-			return fn(ContextWithGrant(sctx, Grant{Name: req.Name, Token: tok, Backend: BackendRedis}))
-		})
-		if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
-			err = context.Cause(fctx) // the Redis hold was lost while waiting
-		}
-		return err
-	})
-	return started, err
-}
-
-// onFallback runs fn under the fallback tier's lock, reporting the
-// acquisition to the observers.
-func (t *tiers) onFallback(ctx context.Context, req FallbackRequest, start time.Time, fn func(context.Context) error) error {
-	freq := req
-	freq.Wait = max(req.Wait-time.Since(start), 0)
-	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
-	finish := t.c.observeAcquire(ctx, req.Kind, req.Name)
-	granted := false
-	err := t.f.Run(ctx, freq, func(fctx context.Context) error {
-		granted = true
-		if finish != nil {
-			finish(Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
-		}
-		return fn(fctx)
-	})
-	if !granted && finish != nil {
-		a := Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
-		if errors.Is(err, ErrWaitTimeout) {
-			a.TimedOut, a.Err = true, nil
-		}
-		finish(a)
-	}
-	return err
-}
-
-// mayFallBack waits out the quarantine (until every Redis holder has been
-// told of its loss), within the wait, and in strict mode checks that no
-// other Client still reaches Redis.
-func (t *tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
-	t.mu.Lock()
-	ready := t.downSince.Add(t.cfg.quarantine)
-	t.mu.Unlock()
-	if d := time.Until(ready); d > 0 {
-		if ready.After(deadline) {
-			return fmt.Errorf("%w: the fallback opens %v after Redis failed (quarantine), later than the wait allows", ErrUnavailable, t.cfg.quarantine)
-		}
-		timer := time.NewTimer(d)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-	if t.witness != nil {
-		// A Client that reached Redis within a watchdog timeout (plus the
-		// quarantine) may still hold a lock there: its renewals record it.
-		others, err := t.witness.OthersSawRedis(ctx, t.c.ID(), t.cfg.quarantine+t.c.cfg.Watchdog)
-		if err != nil {
-			return err
-		}
-		if others {
-			return fmt.Errorf("%w: other clients still reach Redis; a fallback grant could overlap their holds (FallbackStrict)", ErrUnavailable)
-		}
-	}
-	return nil
-}
-
-// redisWorked records a Redis grant: the outage, if any, is over, and the
-// recovery window starts.
-func (t *tiers) redisWorked(fctx context.Context) {
-	if tok := TokenFrom(fctx); tok > t.maxToken.Load() {
-		for {
-			cur := t.maxToken.Load()
-			if tok <= cur || t.maxToken.CompareAndSwap(cur, tok) {
-				break
-			}
-		}
-	}
-	t.reachedRedis()
-}
-
-// reachedRedis records that Redis answered (a grant or a renewal): the
-// outage, if any, is over and the recovery window starts; in strict mode the
-// witness learns of it, at most once per renewal period.
-func (t *tiers) reachedRedis() {
-	now := time.Now()
-	t.mu.Lock()
-	if !t.downSince.IsZero() {
-		t.downSince = time.Time{}
-		t.recoveryUntil = now.Add(t.cfg.recovery)
-	}
-	witness := t.witness != nil && now.Sub(t.lastWitness) > t.c.cfg.Watchdog/3
-	if witness {
-		t.lastWitness = now
-	}
-	t.mu.Unlock()
-	if witness {
-		t.c.e.Detach(func(ctx context.Context) { _ = t.witness.SawRedis(ctx, t.c.ID()) })
-	}
-}
-
-func (t *tiers) redisFailed() {
-	t.mu.Lock()
-	if t.downSince.IsZero() {
-		t.downSince = time.Now()
-	}
-	t.mu.Unlock()
-}
-
-func (t *tiers) recovering() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return time.Now().Before(t.recoveryUntil)
-}
-
 // FallbackReason names the class of a Redis failure that made WithLock fall
 // back, for metrics with few label values: "breaker_open", "refused",
 // "reset", "timeout", "readonly", "loading", "masterdown", "clusterdown",
 // "unavailable" or "other". Safe for concurrent use.
 func FallbackReason(err error) string { return tier.Reason(err) }
 
-// raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
-// failure leaves later Redis tokens below tok, which the resource's fencing
-// check then rejects rather than accepts).
-func (t *tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
-	if err := kind.RaiseFence(ctx, t.c.e, name, tok); err != nil {
-		t.c.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+// newTiers builds the fallback tier of c's WithFallback.
+func (c *Client) newTiers() *tier.Tiers {
+	fc := c.cfg.fallbackCfg
+	cfg := tier.Config{
+		Fallback: c.cfg.fallback, Breaker: fc.breaker, Quarantine: fc.quarantine, Recovery: fc.recovery,
+		ClientID: c.cfg.ClientID, Watchdog: c.cfg.Watchdog, Redis: c.withRedisLock,
+		Raise: func(ctx context.Context, name string, tok uint64) error {
+			return kind.RaiseFence(ctx, c.e, name, tok)
+		},
+		Detach: c.e.Detach, Logger: c.cfg.Logger, Observers: c.cfg.Observers,
 	}
-}
-
-func (c *Client) observeFallback(kind Kind, name string, reason error) {
-	c.cfg.Logger.Warn("dlock: falling back", "name", name, "backend", c.fallback.f.Backend(), "reason", reason)
-	for _, o := range c.cfg.Observers {
-		o.FellBack(kind, name, c.fallback.f.Backend(), reason)
+	if fc.strict {
+		cfg.Witness = c.cfg.fallback.(RedisWitness)
 	}
-}
-
-func (c *Client) observeBreaker(state string) {
-	c.cfg.Logger.Warn("dlock: circuit breaker", "state", state)
-	for _, o := range c.cfg.Observers {
-		o.BreakerChanged(state)
-	}
-}
-
-// observeAcquire starts the observers' report of a fallback acquisition; it
-// returns nil without observers.
-func (c *Client) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
-	var fs []func(Acquisition)
-	for _, o := range c.cfg.Observers {
-		if f := o.AcquireStarted(ctx, kind, name); f != nil {
-			fs = append(fs, f)
-		}
-	}
-	if len(fs) == 0 {
-		return nil
-	}
-	return func(a Acquisition) {
-		for _, f := range fs {
-			f(a)
-		}
-	}
-}
-
-// observeRelease starts the observers' report of a release.
-func (c *Client) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
-	var fs []func(Release)
-	for _, o := range c.cfg.Observers {
-		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
-			fs = append(fs, f)
-		}
-	}
-	return func(r Release) {
-		for _, f := range fs {
-			f(r)
-		}
-	}
+	return tier.New(cfg)
 }

@@ -39,7 +39,7 @@ func TestFaultCancelStorm(t *testing.T) {
 	// Every Client has used its pub/sub connection once, so that the
 	// baseline includes it.
 	for _, c := range cs {
-		if ok, err := c.Mutex("storm").TryLock(ctx, 20*time.Millisecond, 0); ok || err != nil {
+		if ok, err := c.Mutex("storm").TryLock(ctx, 500*time.Millisecond, 0); ok || err != nil {
 			t.Fatalf("TryLock of a held lock = %v, %v", ok, err)
 		}
 	}

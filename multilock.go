@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/lease"
 )
 
 // MultiLock takes several locks as one, all or nothing, Redisson's
@@ -121,10 +123,10 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 	return err
 }
 
-func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
+func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration, forever bool) (ok bool, err error) {
 	start := time.Now()
 	if len(ml.c.cfg.Observers) > 0 {
-		finish := ml.c.observeAcquire(ctx, KindMulti, ml.name)
+		finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, KindMulti, ml.name)
 		defer func() {
 			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
 				Err: err, Waited: time.Since(start)})
@@ -140,7 +142,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, for
 			if wait > 0 {
 				left = max(time.Until(deadline), 0)
 			}
-			ok, err = m.TryLock(ctx, left, lease)
+			ok, err = m.TryLock(ctx, left, leaseTime)
 		}
 		if !ok || err != nil {
 			if rerr := ml.release(ctx, ml.members[:i]); rerr != nil && err == nil {
@@ -163,7 +165,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	var final func(Release)
 	if len(ml.c.cfg.Observers) > 0 {
-		final = ml.c.observeRelease(ctx, KindMulti, ml.name)
+		final = lease.ObserveRelease(ml.c.cfg.Observers, ctx, KindMulti, ml.name)
 	}
 	var errs []error
 	for i := len(ml.members) - 1; i >= 0; i-- {

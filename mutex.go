@@ -142,6 +142,30 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 // handle holds nothing afterwards: the lock expires by its TTL at the latest.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.hd.Unlock(ctx) }
 
+// Extend gives the hold ctx carries (or else the handle's current hold,
+// as Unlock picks it) lease from now, when it was taken with a fixed lease;
+// its loss deadline moves with it. It returns ErrInvalidArgument for lease
+// <= 0 and for a hold renewed by the watchdog, ErrNotHeld or an error
+// wrapping ErrLockLost for a hold that ended, and ctx's cause once ctx is
+// done (the hold then keeps its earlier deadline).
+func (m *Mutex) Extend(ctx context.Context, lease time.Duration) error {
+	return extend(ctx, &m.hd, lease)
+}
+
+func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
+	if err := hd.Check(ctx, d); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("%w: Extend needs a lease > 0, got %v", ErrInvalidArgument, d)
+	}
+	h := hd.Current(ctx)
+	if h == nil {
+		return ErrNotHeld
+	}
+	return h.Extend(ctx, d)
+}
+
 // ForceUnlock releases the lock whoever holds it, handing it to the next
 // queued waiter or waking Redisson-style waiters, and reports whether it was
 // held. Holders are told at once, with a loss wrapping ErrForced: the

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dlock-dev/dlock/internal/lease"
 )
@@ -44,4 +45,19 @@ func (p *Permit) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
 	return p.l.Release(ctx, true)
+}
+
+// Extend gives a permit acquired with a fixed lease lease from now; its
+// loss deadline moves with it. It returns ErrInvalidArgument for lease <= 0
+// and for a permit renewed by the watchdog, ErrNotHeld or an error wrapping
+// ErrLockLost once the permit has ended, and ctx's cause once ctx is done.
+// Safe for concurrent use.
+func (p *Permit) Extend(ctx context.Context, lease time.Duration) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case lease <= 0:
+		return fmt.Errorf("%w: Extend needs a lease > 0, got %v", ErrInvalidArgument, lease)
+	}
+	return p.l.Extend(ctx, lease)
 }

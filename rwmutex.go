@@ -114,6 +114,18 @@ func (rw *RWMutex) WriteContext(ctx context.Context, wait, lease time.Duration) 
 // Unlock releases one write hold; see Mutex.Unlock.
 func (rw *RWMutex) Unlock(ctx context.Context) error { return rw.w.Unlock(ctx) }
 
+// Extend gives the current write hold lease from now; see Mutex.Extend.
+func (rw *RWMutex) Extend(ctx context.Context, lease time.Duration) error {
+	return extend(ctx, &rw.w, lease)
+}
+
+// RExtend gives the read hold ctx carries (or else the most recent one)
+// lease from now; see Mutex.Extend. A read hold's share of the lock in
+// Redis is never shortened by it: other readers may rely on it.
+func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
+	return extend(ctx, &rw.r, lease)
+}
+
 // RLock takes the read side in watchdog mode, waiting while a writer holds
 // the lock or waits for it.
 func (rw *RWMutex) RLock(ctx context.Context) error {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-dev/dlock/internal/lease"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/tier"
 )
 
 // LockOption configures WithLock.
@@ -53,22 +55,13 @@ func MaxHold(d time.Duration) LockOption {
 	}
 }
 
-// FallbackRequest is what WithLock asks of a Fallback tier: the lock, its
-// kind, how long to wait, the lease, the token floor and the hold's bound,
-// as WithLock's options set them. A FallbackRequest is a value; safe to
-// copy and share.
-type FallbackRequest struct {
-	Name  string
-	Kind  Kind          // KindMutex, KindFair, KindRead or KindWrite
-	Wait  time.Duration // how long to wait for the lock; 0: one attempt
-	Lease time.Duration // 0: renewed until released (watchdog mode)
-	// TokenFloor is a fencing token the grant's token must exceed, so that
-	// the tiers' tokens form one increasing order; 0 when none.
-	TokenFloor uint64
-	// MaxHold bounds how long the hold may last (see MaxHold); 0: the
-	// Client's default (WithMaxHold).
-	MaxHold time.Duration
-}
+// FallbackRequest is what WithLock asks of a Fallback tier: Name, Kind
+// (KindMutex, KindFair, KindRead or KindWrite), Wait (0: one attempt),
+// Lease (0: watchdog mode), TokenFloor (a fencing token the grant's token
+// must exceed, so that the tiers' tokens form one increasing order) and
+// MaxHold (0: the Client's default), as WithLock's options set them. A
+// FallbackRequest is a value; safe to copy and share.
+type FallbackRequest = tier.Request
 
 // RequestFor returns the request WithLock makes for the lock name with
 // opts: the options applied to WithLock's defaults (DefaultWaitTime,
@@ -163,7 +156,7 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 		return err
 	}
 	if c.fallback != nil {
-		return c.fallback.withLock(ctx, req, fn)
+		return c.fallback.WithLock(ctx, req, fn)
 	}
 	return c.withRedisLock(ctx, req, fn)
 }

@@ -72,6 +72,7 @@ type observer struct {
 	// seq orders what was delivered: 2*token for the leader of term
 	// token, 2*token+1 for a vacancy after it.
 	seq     uint64
+	last    string // the value delivered last
 	started bool
 	retry   *time.Timer // a failed read's next try
 	backoff time.Duration
@@ -235,18 +236,20 @@ func (o *observer) refresh(ctx context.Context) (ok, failed bool) {
 }
 
 // newer reports whether announcement claims a term after the last one
-// delivered. It decides only whether to read Redis, never what to deliver.
+// delivered, or another value for that term (a Proclaim). It decides only
+// whether to read Redis, never what to deliver.
 func (o *observer) newer(announcement string) bool {
-	tok, _, ok := keys.ParseLeaderMessage(announcement)
-	return ok && 2*tok > o.seq
+	tok, v, ok := keys.ParseLeaderMessage(announcement)
+	return ok && (2*tok > o.seq || 2*tok == o.seq && v != o.last)
 }
 
-// deliver sends v if seq is newer than what was delivered.
+// deliver sends v if seq is newer than what was delivered, or v is a new
+// value of the term delivered last (a Proclaim).
 func (o *observer) deliver(ctx context.Context, seq uint64, v string) bool {
-	if seq <= o.seq {
+	if seq < o.seq || seq == o.seq && (v == o.last || !o.started) {
 		return true
 	}
-	o.seq = seq
+	o.seq, o.last = seq, v
 	o.started = true
 	select {
 	case o.out <- v:

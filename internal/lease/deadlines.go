@@ -29,7 +29,8 @@ func newDeadlines(check func(*Lease)) *deadlines {
 	return d
 }
 
-// add schedules h's check at at (h must not be scheduled already).
+// add schedules h's check at at, or moves it there when h is scheduled
+// already (a fire that popped h races the caller that moves its deadline).
 func (d *deadlines) add(h *Lease, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -37,9 +38,14 @@ func (d *deadlines) add(h *Lease, at time.Time) {
 		return
 	}
 	h.dueAt = at
-	h.dueIndex = len(d.heap)
-	d.heap = append(d.heap, h)
-	d.up(h.dueIndex)
+	if i := h.dueIndex; i >= 0 && i < len(d.heap) && d.heap[i] == h {
+		d.down(i)
+		d.up(h.dueIndex)
+	} else {
+		h.dueIndex = len(d.heap)
+		d.heap = append(d.heap, h)
+		d.up(h.dueIndex)
+	}
 	// Most holds fall due after the one the timer waits for: the timer is
 	// moved only for an earlier one.
 	if d.armed.IsZero() || at.Before(d.armed) {

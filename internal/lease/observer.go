@@ -112,12 +112,18 @@ func (NopObserver) FellBack(Kind, string, string, error) {}
 
 // BreakerChanged implements Observer.
 func (NopObserver) BreakerChanged(string) {}
-func (e *Engine) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
+
+// ObserveAcquire starts the report of an acquisition to the observers and
+// returns the function that finishes it (nil without observers).
+func ObserveAcquire(obs []Observer, ctx context.Context, kind Kind, name string) func(Acquisition) {
 	var fs []func(Acquisition)
-	for _, o := range e.Cfg.Observers {
+	for _, o := range obs {
 		if f := o.AcquireStarted(ctx, kind, name); f != nil {
 			fs = append(fs, f)
 		}
+	}
+	if len(fs) == 0 {
+		return nil
 	}
 	return func(a Acquisition) {
 		for _, f := range fs {
@@ -125,9 +131,12 @@ func (e *Engine) observeAcquire(ctx context.Context, kind Kind, name string) fun
 		}
 	}
 }
-func (e *Engine) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
+
+// ObserveRelease starts the report of a release to the observers and
+// returns the function that finishes it (a no-op without observers).
+func ObserveRelease(obs []Observer, ctx context.Context, kind Kind, name string) func(Release) {
 	var fs []func(Release)
-	for _, o := range e.Cfg.Observers {
+	for _, o := range obs {
 		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
 			fs = append(fs, f)
 		}

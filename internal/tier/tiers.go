@@ -1,0 +1,285 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/lease"
+)
+
+// Request is what dlock's WithLock asks of a tier (dlock.FallbackRequest):
+// the lock, its kind, how long to wait, the lease, the token floor and the
+// hold's bound. A Request is a value; safe to copy and share.
+type Request struct {
+	Name  string
+	Kind  lease.Kind    // KindMutex, KindFair, KindRead or KindWrite
+	Wait  time.Duration // how long to wait for the lock; 0: one attempt
+	Lease time.Duration // 0: renewed until released (watchdog mode)
+	// TokenFloor is a fencing token the grant's token must exceed, so that
+	// the tiers' tokens form one increasing order; 0 when none.
+	TokenFloor uint64
+	// MaxHold bounds how long the hold may last (dlock.MaxHold); 0: the
+	// Client's default (dlock.WithMaxHold).
+	MaxHold time.Duration
+}
+
+// Fallback is dlock.Fallback.
+type Fallback interface {
+	Backend() string
+	Run(ctx context.Context, req Request, fn func(context.Context) error) error
+}
+
+// Breaker is dlock.Breaker.
+type Breaker interface {
+	Allow() (done func(err error), err error)
+}
+
+// Witness is dlock.RedisWitness.
+type Witness interface {
+	SawRedis(ctx context.Context, client string) error
+	OthersSawRedis(ctx context.Context, client string, d time.Duration) (bool, error)
+}
+
+// Config is what Tiers are built with.
+type Config struct {
+	Fallback   Fallback
+	Breaker    Breaker       // nil: the default breaker
+	Witness    Witness       // nil unless strict
+	Quarantine time.Duration // 0: the watchdog timeout plus its drift margin
+	Recovery   time.Duration // 0: twice the quarantine, at least 10s
+	ClientID   string
+	Watchdog   time.Duration
+	// Redis takes the lock in Redis and runs fn (the Client's own WithLock).
+	Redis func(ctx context.Context, req Request, fn func(context.Context) error) error
+	// Raise lifts name's Redis fencing counter to at least tok.
+	Raise     func(ctx context.Context, name string, tok uint64) error
+	Detach    func(func(context.Context))
+	Logger    *slog.Logger
+	Observers []lease.Observer
+}
+
+// Tiers is a Client's fallback state: the breaker in front of Redis, the
+// outage's quarantine and the recovery window after it. Safe for
+// concurrent use.
+type Tiers struct {
+	cfg Config
+
+	maxToken atomic.Uint64 // the highest Redis token this Client saw
+
+	mu            sync.Mutex
+	downSince     time.Time // first infrastructure failure since Redis last worked
+	recoveryUntil time.Time // Redis grants also take the fallback lock until then
+	lastWitness   time.Time
+}
+
+// New returns the tiers of cfg, filling in its defaults.
+func New(cfg Config) *Tiers {
+	if cfg.Breaker == nil {
+		cfg.Breaker = NewBreaker(5, 5*time.Second, func(state string) {
+			cfg.Logger.Warn("dlock: circuit breaker", "state", state)
+			for _, o := range cfg.Observers {
+				o.BreakerChanged(state)
+			}
+		})
+	}
+	if cfg.Quarantine == 0 {
+		cfg.Quarantine = cfg.Watchdog + lease.DriftMargin(cfg.Watchdog)
+	}
+	if cfg.Recovery == 0 {
+		cfg.Recovery = max(2*cfg.Quarantine, 10*time.Second)
+	}
+	return &Tiers{cfg: cfg}
+}
+
+// WithLock is dlock's WithLock with a fallback tier.
+func (t *Tiers) WithLock(ctx context.Context, req Request, fn func(context.Context) error) error {
+	start := time.Now()
+	var reason error
+	done, err := t.cfg.Breaker.Allow()
+	if err != nil {
+		reason = fmt.Errorf("%w: %w: %w", lease.ErrUnavailable, ErrOpenBreaker, err)
+	} else {
+		started, err := t.onRedis(ctx, req, start, done, fn)
+		switch {
+		case started:
+			return err
+		case ctx.Err() != nil || !IsInfrastructure(err):
+			done(nil) // contention and cancellation are not Redis' fault
+			return err
+		}
+		done(err)
+		reason = err
+		t.RedisFailed()
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if err := t.mayFallBack(ctx, start.Add(req.Wait)); err != nil {
+		return errors.Join(reason, err)
+	}
+	t.observeFallback(req.Kind, req.Name, reason)
+	return t.onFallback(ctx, req, start, fn)
+}
+
+// onRedis runs fn under the Redis lock; started reports whether fn ran.
+// While Redis recovers from an outage, fn also takes the fallback lock:
+// fallback holders of the outage may still be inside fn.
+func (t *Tiers) onRedis(ctx context.Context, req Request, start time.Time, done func(error), fn func(context.Context) error) (started bool, err error) {
+	err = t.cfg.Redis(ctx, req, func(fctx context.Context) error {
+		started = true
+		done(nil)
+		t.redisWorked(fctx)
+		if !t.recovering() {
+			return fn(fctx)
+		}
+		// Take the fallback lock too, above our token, and lift the Redis
+		// counter to the token the fallback issued, so that the name's
+		// later Redis tokens stay above it.
+		sreq := req
+		sreq.Wait = max(req.Wait-time.Since(start), 0)
+		sreq.TokenFloor = max(req.TokenFloor, tokenFrom(fctx))
+		err := t.cfg.Fallback.Run(fctx, sreq, func(sctx context.Context) error {
+			tok := tokenFrom(sctx)
+			t.raiseRedisToken(sctx, req.Name, tok)
+			return fn(lease.ContextWithGrant(sctx, lease.Grant{Name: req.Name, Token: tok, Backend: lease.BackendRedis}))
+		})
+		if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrLockLost) {
+			err = context.Cause(fctx) // the Redis hold was lost while waiting
+		}
+		return err
+	})
+	return started, err
+}
+
+// onFallback runs fn under the fallback tier's lock, reporting the
+// acquisition to the observers.
+func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn func(context.Context) error) error {
+	freq := req
+	freq.Wait = max(req.Wait-time.Since(start), 0)
+	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
+	finish := lease.ObserveAcquire(t.cfg.Observers, ctx, req.Kind, req.Name)
+	granted := false
+	err := t.cfg.Fallback.Run(ctx, freq, func(fctx context.Context) error {
+		granted = true
+		if finish != nil {
+			finish(lease.Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend()})
+		}
+		return fn(fctx)
+	})
+	if !granted && finish != nil {
+		a := lease.Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend()}
+		if errors.Is(err, lease.ErrWaitTimeout) {
+			a.TimedOut, a.Err = true, nil
+		}
+		finish(a)
+	}
+	return err
+}
+
+// mayFallBack waits out the quarantine (until every Redis holder has been
+// told of its loss), within the wait, and in strict mode checks that no
+// other Client still reaches Redis.
+func (t *Tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
+	t.mu.Lock()
+	ready := t.downSince.Add(t.cfg.Quarantine)
+	t.mu.Unlock()
+	if d := time.Until(ready); d > 0 {
+		if ready.After(deadline) {
+			return fmt.Errorf("%w: the fallback opens %v after Redis failed (quarantine), later than the wait allows", lease.ErrUnavailable, t.cfg.Quarantine)
+		}
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if t.cfg.Witness != nil {
+		// A Client that reached Redis within a watchdog timeout (plus the
+		// quarantine) may still hold a lock there: its renewals record it.
+		others, err := t.cfg.Witness.OthersSawRedis(ctx, t.cfg.ClientID, t.cfg.Quarantine+t.cfg.Watchdog)
+		if err != nil {
+			return err
+		}
+		if others {
+			return fmt.Errorf("%w: other clients still reach Redis; a fallback grant could overlap their holds (FallbackStrict)", lease.ErrUnavailable)
+		}
+	}
+	return nil
+}
+
+// redisWorked records a Redis grant: the outage, if any, is over, and the
+// recovery window starts.
+func (t *Tiers) redisWorked(fctx context.Context) {
+	if tok := tokenFrom(fctx); tok > t.maxToken.Load() {
+		for {
+			cur := t.maxToken.Load()
+			if tok <= cur || t.maxToken.CompareAndSwap(cur, tok) {
+				break
+			}
+		}
+	}
+	t.ReachedRedis()
+}
+
+// ReachedRedis records that Redis answered (a grant or a renewal): the
+// outage, if any, is over and the recovery window starts; in strict mode the
+// witness learns of it, at most once per renewal period.
+func (t *Tiers) ReachedRedis() {
+	now := time.Now()
+	t.mu.Lock()
+	if !t.downSince.IsZero() {
+		t.downSince = time.Time{}
+		t.recoveryUntil = now.Add(t.cfg.Recovery)
+	}
+	witness := t.cfg.Witness != nil && now.Sub(t.lastWitness) > t.cfg.Watchdog/3
+	if witness {
+		t.lastWitness = now
+	}
+	t.mu.Unlock()
+	if witness {
+		t.cfg.Detach(func(ctx context.Context) { _ = t.cfg.Witness.SawRedis(ctx, t.cfg.ClientID) })
+	}
+}
+
+// RedisFailed records an infrastructure failure of Redis (a renewal's).
+func (t *Tiers) RedisFailed() {
+	t.mu.Lock()
+	if t.downSince.IsZero() {
+		t.downSince = time.Now()
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tiers) recovering() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Now().Before(t.recoveryUntil)
+}
+
+// raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
+// failure leaves later Redis tokens below tok, which the resource's fencing
+// check then rejects rather than accepts).
+func (t *Tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
+	if err := t.cfg.Raise(ctx, name, tok); err != nil {
+		t.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+	}
+}
+
+func (t *Tiers) observeFallback(kind lease.Kind, name string, reason error) {
+	t.cfg.Logger.Warn("dlock: falling back", "name", name, "backend", t.cfg.Fallback.Backend(), "reason", reason)
+	for _, o := range t.cfg.Observers {
+		o.FellBack(kind, name, t.cfg.Fallback.Backend(), reason)
+	}
+}
+
+func tokenFrom(ctx context.Context) uint64 {
+	g, _ := lease.GrantFrom(ctx)
+	return g.Token
+}
