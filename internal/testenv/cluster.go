@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +47,9 @@ const clusterBusAttempts = 5
 type Cluster struct {
 	nodes  []*Redis
 	ranges [][2]int // ranges[i]: the first and last slot of nodes[i]
+
+	mu       sync.Mutex
+	replicas []*Redis // joined by AddReplica
 }
 
 // StartClusterServer starts masters redis-server processes

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // This file changes a running Cluster's layout for fault tests: a replica
@@ -67,8 +66,9 @@ func SlotOwner(ctx context.Context, r *Redis, slot int) (string, error) {
 
 // AddReplica starts a cluster-enabled redis-server, joins it to the cluster
 // and makes it a replica of master (CLUSTER REPLICATE), returning once its
-// replication link is up and every node knows it. It is stopped in
-// t.Cleanup. Must be called from the test's goroutine.
+// replication link is up and every node knows it (the masters and the
+// replicas added before). It is stopped in t.Cleanup. Call it once per
+// replica wanted, from the test's goroutine.
 func (c *Cluster) AddReplica(t testing.TB, master *Redis) *Redis {
 	t.Helper()
 	r, err := startClusterNode(RedisConfig{})
@@ -104,7 +104,11 @@ func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
 	if err != nil {
 		return err
 	}
-	want := strconv.Itoa(len(c.nodes) + 1)
+	// Every node but the new one already knows the earlier replicas.
+	c.mu.Lock()
+	others := append(append([]*Redis(nil), c.nodes...), c.replicas...)
+	c.mu.Unlock()
+	want := strconv.Itoa(len(others) + 1)
 	err = waitFor(ctx, "the new node to know the cluster", func() (bool, error) {
 		v, err := rawDo(ctx, r.Addr(), "CLUSTER", "INFO")
 		if err != nil {
@@ -130,7 +134,7 @@ func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
 		if info["master_link_status"] != "up" {
 			return false, fmt.Errorf("master_link_status %q", info["master_link_status"])
 		}
-		for _, n := range c.nodes {
+		for _, n := range others {
 			v, err := rawDo(ctx, n.Addr(), "CLUSTER", "NODES")
 			if err != nil {
 				return false, err
@@ -140,6 +144,9 @@ func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
 				return false, fmt.Errorf("node %s does not know %s yet", n.Addr(), r.Addr())
 			}
 		}
+		c.mu.Lock()
+		c.replicas = append(c.replicas, r)
+		c.mu.Unlock()
 		return true, nil
 	})
 }
@@ -227,11 +234,11 @@ func (c *Cluster) Failover(ctx context.Context, replica *Redis) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(setupTimeout)
+	// Bounded even under a ctx without deadline: a manual failover that
+	// times out on the servers is not retried by them.
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
 	return waitFor(ctx, "the replica to be master everywhere", func() (bool, error) {
-		if time.Now().After(deadline) {
-			return false, fmt.Errorf("testenv: failover of %s did not finish", replica.Addr())
-		}
 		for _, n := range append(c.Nodes(), replica) {
 			v, err := rawDo(ctx, n.Addr(), "CLUSTER", "NODES")
 			if err != nil {
