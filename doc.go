@@ -147,7 +147,10 @@
 // bound it with MaxHold (per WithLock call) or WithMaxHold (per Client).
 // After that bound the holder is told (ErrMaxHold) while Redis still holds
 // the lock, renewal stops, and the lock expires within a watchdog timeout
-// unless released first. ForceUnlock tells the evicted holders at once
+// unless released first. WithLongHoldAlert reports holds renewed past a
+// threshold instead, and a renewed hold's record (dlock:held:{name}, written
+// only by renewals, so a short hold costs nothing) shows in Inspect as
+// Holder.HeldFor and Holder.Renewals. ForceUnlock tells the evicted holders at once
 // through their Client's channel; one whose message is lost learns at its
 // next renewal.
 //

@@ -56,3 +56,44 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("empty name: %v", err)
 	}
 }
+
+// A hold the watchdog renews shows how long it has been held and how often
+// it was renewed; a fixed lease and a hold not yet renewed show neither,
+// and a released owner's record is not shown for the next holder.
+func TestInspectShowsLongHolds(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	ctx := ctxT(t)
+	m := c.Mutex("inspect:long")
+	mustLock(t, m)
+	fixed := c.Mutex("inspect:fixed")
+	if ok, err := fixed.TryLock(ctx, 0, 5*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	start := time.Now()
+	var h Holder
+	waitFor(t, "two renewals", func() bool {
+		info, err := c.Inspect(ctx, "inspect:long")
+		if err != nil || len(info.Holders) != 1 {
+			t.Fatal(info, err)
+		}
+		h = info.Holders[0]
+		return h.Renewals >= 2
+	})
+	if h.HeldFor < 150*time.Millisecond || h.HeldFor > time.Since(start)+time.Second {
+		t.Fatalf("held for %v after two renewals (100ms apart), %v after the grant", h.HeldFor, time.Since(start))
+	}
+	if info, err := c.Inspect(ctx, "inspect:fixed"); err != nil || info.Holders[0].Renewals != 0 || info.Holders[0].HeldFor != 0 {
+		t.Fatalf("a fixed lease shows a long hold: %+v, %v", info, err)
+	}
+	mustUnlock(t, m)
+	next := c.Mutex("inspect:long")
+	mustLock(t, next)
+	if info, err := c.Inspect(ctx, "inspect:long"); err != nil || info.Holders[0].Renewals != 0 {
+		t.Fatalf("the next holder shows the last one's record: %+v, %v", info, err)
+	}
+	mustUnlock(t, next)
+	if err := fixed.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

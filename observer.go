@@ -47,5 +47,10 @@ type Release = lease.Release
 //     changed state: "closed", "open" or "half-open".
 type Observer = lease.Observer
 
+// LongHoldObserver is an Observer that also hears of holds renewed past
+// WithLongHoldAlert: HeldLong(kind, name, held) is called once per such
+// hold, from the watchdog. It must not block.
+type LongHoldObserver = lease.LongHoldObserver
+
 // NopObserver implements Observer doing nothing; embed it.
 type NopObserver = lease.NopObserver

@@ -44,6 +44,21 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
+// WithLongHoldAlert makes the Client report each lock hold, once, when the
+// watchdog renews it past d: a Warn log line and, for observers that
+// implement LongHoldObserver (dlockprom does), a call. It bounds nothing
+// (see WithMaxHold for that); it tells an operator which holders may be
+// stuck. 0, the default, reports nothing; d must not be negative.
+func WithLongHoldAlert(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: long-hold alert %v is negative", ErrInvalidArgument, d)
+		}
+		c.LongHold = d
+		return nil
+	}
+}
+
 // MaxSpinBackoff is the longest backoff WithSpin accepts.
 const MaxSpinBackoff = time.Minute
 

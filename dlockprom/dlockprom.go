@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -72,6 +73,7 @@ type Metrics struct {
 	held            *prometheus.GaugeVec
 	lost            *prometheus.CounterVec
 	maxHold         *prometheus.CounterVec
+	longHolds       *prometheus.CounterVec
 	renewals        prometheus.Counter
 	renewalFailures prometheus.Counter
 	backendGrants   *prometheus.CounterVec
@@ -79,7 +81,10 @@ type Metrics struct {
 	breakerState    prometheus.Gauge
 }
 
-var _ dlock.Observer = (*Metrics)(nil)
+var (
+	_ dlock.Observer         = (*Metrics)(nil)
+	_ dlock.LongHoldObserver = (*Metrics)(nil)
+)
 
 // Option configures New. Options are plain functions applied in order; they
 // are safe to share between goroutines.
@@ -223,8 +228,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: name("held"), Help: "Locks currently held through the observed clients, by lock kind.", ConstLabels: cfg.constLabels,
 		}, kind),
-		lost:    counter("lost_total", "Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired."),
-		maxHold: counter("max_hold_exceeded_total", "Holds ended by their MaxHold (dlock.MaxHold, dlock.WithMaxHold): alive but held too long; a subset of lost_total."),
+		lost:      counter("lost_total", "Holds that ended without Unlock: renewal found another owner or could not confirm the hold in time, or a lease expired."),
+		maxHold:   counter("max_hold_exceeded_total", "Holds ended by their MaxHold (dlock.MaxHold, dlock.WithMaxHold): alive but held too long; a subset of lost_total."),
+		longHolds: counter("long_holds_total", "Holds renewed past the Client's dlock.WithLongHoldAlert threshold (counted once each): holders that may be stuck."),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: name("renewals_total"), Help: "Locks carried by watchdog renewal calls.", ConstLabels: cfg.constLabels,
 		}),
@@ -242,7 +248,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: name("breaker_state"), Help: "The fallback circuit breaker: 0 closed (Redis in use), 1 half-open (probing), 2 open (fallback).", ConstLabels: cfg.constLabels,
 	})
 	cs := []prometheus.Collector{m.attempts, m.acquired, m.waitTimeouts, m.acquireErrors,
-		m.waitDuration, m.holdDuration, m.held, m.lost, m.maxHold, m.renewals, m.renewalFailures,
+		m.waitDuration, m.holdDuration, m.held, m.lost, m.maxHold, m.longHolds, m.renewals, m.renewalFailures,
 		m.backendGrants, m.fallbacks, m.breakerState}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -321,6 +327,12 @@ func (m *Metrics) Lost(kind dlock.Kind, _ string, err error) {
 		m.maxHold.WithLabelValues(k).Inc()
 	}
 	m.held.WithLabelValues(k).Dec()
+}
+
+// HeldLong implements dlock.LongHoldObserver: it counts a hold renewed past
+// the Client's long-hold threshold. Safe for concurrent use.
+func (m *Metrics) HeldLong(kind dlock.Kind, _ string, _ time.Duration) {
+	m.longHolds.WithLabelValues(string(kind)).Inc()
 }
 
 // Renewed implements dlock.Observer: n locks renewed, all n counted as

@@ -358,3 +358,53 @@ func TestMaxHoldExceeded(t *testing.T) {
 	}
 	_ = f.Unlock(ctx)
 }
+
+// A hold renewed past WithLongHoldAlert is counted once, while it is still
+// held; a short hold is not.
+func TestLongHolds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, dlock.WithObserver(m), dlock.WithWatchdogTimeout(300*time.Millisecond),
+		dlock.WithLongHoldAlert(250*time.Millisecond))
+	ctx := ctxT(t)
+	short := c.Mutex("prom-short")
+	if err := short.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = short.Unlock(ctx)
+	l := c.Mutex("prom-long")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The series appears with the first report (a counter vector has none
+	// before), within a few renewals of 100ms.
+	deadline := time.Now().Add(5 * time.Second)
+	for !hasMetric(t, reg, "dlock_long_holds_total") {
+		if time.Now().After(deadline) {
+			t.Fatal("the long hold was never counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(400 * time.Millisecond) // more renewals: still one
+	if v := value(t, reg, "dlock_long_holds_total"); v != 1 {
+		t.Fatalf("dlock_long_holds_total = %v, want 1 (once per hold)", v)
+	}
+	_ = l.Unlock(ctx)
+}
+
+func hasMetric(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -45,6 +45,10 @@ type holder struct {
 	Count int64  `json:"count"` // reentrant hold count
 	// TTLms is a semaphore permit's remaining lease (inspect --all only).
 	TTLms int64 `json:"ttl_ms,omitempty"`
+	// HeldForMs and Renewals describe a hold the watchdog renewed: how
+	// long it has been held and how often renewed (0 for younger holds).
+	HeldForMs int64 `json:"held_for_ms,omitempty"`
+	Renewals  int64 `json:"renewals,omitempty"`
 }
 
 // waiter is an owner queued for the lock in dlock:queue:{name}: waiters of a
@@ -173,7 +177,8 @@ func stateOf(info dlock.LockInfo) lockState {
 	}
 	for _, h := range info.Holders {
 		host, pid, _ := dlock.ParseClientID(h.Owner)
-		st.Holders = append(st.Holders, holder{Owner: h.Owner, Host: host, PID: pid, Count: h.Count, TTLms: h.TTL.Milliseconds()})
+		st.Holders = append(st.Holders, holder{Owner: h.Owner, Host: host, PID: pid, Count: h.Count, TTLms: h.TTL.Milliseconds(),
+			HeldForMs: h.HeldFor.Milliseconds(), Renewals: h.Renewals})
 	}
 	switch {
 	case info.TTL < 0:
@@ -218,7 +223,11 @@ func printState(w io.Writer, st lockState) {
 	}
 	fmt.Fprintln(w)
 	for _, h := range st.Holders {
-		fmt.Fprintf(w, "  holder  %s  count %d  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, h.Owner)
+		held := ""
+		if h.Renewals > 0 {
+			held = fmt.Sprintf("  held for %v, %d renewals", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals)
+		}
+		fmt.Fprintf(w, "  holder  %s  count %d%s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, held, h.Owner)
 	}
 	for _, q := range st.Waiters {
 		fmt.Fprintf(w, "  waiter  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)

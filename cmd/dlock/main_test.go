@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -837,4 +838,40 @@ func hostOf(t *testing.T, owner string) string {
 		t.Fatalf("owner %q is not in the default form", owner)
 	}
 	return host
+}
+
+// A hold the watchdog has renewed shows, in inspect's text and JSON, how
+// long it has been held and how often renewed.
+func TestInspectLongHold(t *testing.T) {
+	c := newClient(t, shared, dlock.WithWatchdogTimeout(300*time.Millisecond))
+	m := c.Mutex("t-inspect-long")
+	ctx := ctxT(t)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Unlock(ctx) }()
+	var got []lockState
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		r := dlockRun(t, nil, "--redis", redisURL(shared), "inspect", "--json", "t-inspect-long")
+		wantCode(t, r, 0)
+		got = nil
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 1 || len(got[0].Holders) != 1 {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		if got[0].Holders[0].Renewals >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewals shown: %+v", got[0].Holders[0])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if h := got[0].Holders[0]; h.HeldForMs < 150 {
+		t.Fatalf("held for %dms after %d renewals 100ms apart", h.HeldForMs, h.Renewals)
+	}
+	r := dlockRun(t, nil, "--redis", redisURL(shared), "inspect", "t-inspect-long")
+	wantCode(t, r, 0)
+	if !regexp.MustCompile(`holder .* held for \S+, \d+ renewals`).MatchString(r.stdout) {
+		t.Fatalf("inspect's text does not show the long hold:\n%s", r.stdout)
+	}
 }

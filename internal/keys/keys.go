@@ -78,6 +78,26 @@ func Companion(prefix, name string) string {
 	return prefix + ":{" + name + "}"
 }
 
+// HeldPrefix names a lock's record of long holds: a hash of owner ->
+// "<granted ms> <renewals>" (HeldRecord) that renewals write, so that an
+// operator sees how long a renewed hold has lasted (Held).
+const HeldPrefix = "dlock:held"
+
+// Held is the record of long holds of the lock name.
+func Held(name string) string { return Companion(HeldPrefix, name) }
+
+// ParseHeldRecord reads a field of Held: when the hold was granted (ms
+// since the epoch, by the holder's clock) and how often it was renewed.
+func ParseHeldRecord(v string) (grantedMs, renewals int64, ok bool) {
+	a, b, found := strings.Cut(v, " ")
+	if !found {
+		return 0, 0, false
+	}
+	g, err1 := strconv.ParseInt(a, 10, 64)
+	r, err2 := strconv.ParseInt(b, 10, 64)
+	return g, r, err1 == nil && err2 == nil
+}
+
 // Set holds every Redis name derived from one lock name.
 type Set struct {
 	Lock    string // the lock hash: the name itself, as in Redisson

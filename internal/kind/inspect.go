@@ -55,6 +55,12 @@ type Holder struct {
 	// New's default (see ParseClientID); empty and 0 otherwise.
 	Host string
 	PID  int
+	// HeldFor and Renewals describe a hold the watchdog has renewed: how
+	// long ago it was granted (by the holder's clock against the server's)
+	// and how often it was renewed. Both are 0 for a hold not yet renewed
+	// (younger than a third of the watchdog timeout) or with a fixed lease.
+	HeldFor  time.Duration
+	Renewals int64
 }
 
 // Waiter is one queued waiter.
@@ -75,24 +81,14 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 	if e.Closed() {
 		return info, lease.ErrClosed
 	}
-	ks := keys.For(name)
-	var typ *redis.StatusCmd
-	var fields *redis.MapStringStringCmd
-	var pttl *redis.DurationCmd
-	var fence *redis.StringCmd
-	var queue *redis.StringSliceCmd
-	var writers *redis.IntCmd
+	var r lockRead
 	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
 		return e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
-			typ = p.Type(ctx, ks.Lock)
-			fields = p.HGetAll(ctx, ks.Lock)
-			pttl = p.PTTL(ctx, ks.Lock)
-			fence = p.Get(ctx, ks.Fence)
-			queue = p.LRange(ctx, ks.Queue, 0, -1)
-			writers = p.ZCard(ctx, ks.Writers)
+			r.add(ctx, p, name)
 			return nil
 		})
 	}, nil)
+	typ, fields, pttl, fence, queue, writers := r.typ, r.fields, r.pttl, r.fence, r.waitQueue, r.writers
 	if err != nil && ctx.Err() != nil {
 		return info, err
 	}
@@ -102,7 +98,7 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return info, err
 	}
-	info.holders(fields.Val())
+	info.holders(fields.Val(), r.held.Val(), r.now.Val())
 	sort.Slice(info.Holders, func(i, j int) bool { return info.Holders[i].Owner < info.Holders[j].Owner })
 	info.Locked = len(info.Holders) > 0
 	if d := pttl.Val(); info.Locked && (d > 0 || d == -1) {
@@ -223,7 +219,7 @@ func inspectSemaphore(ctx context.Context, e *lease.Engine, name string) (LockIn
 
 // holders reads a lock hash's fields: the mode, an election's leader, and
 // an owner per other field.
-func (info *LockInfo) holders(fields map[string]string) {
+func (info *LockInfo) holders(fields, held map[string]string, now time.Time) {
 	for owner, v := range fields {
 		if owner == "mode" {
 			info.Mode = v
@@ -237,6 +233,34 @@ func (info *LockInfo) holders(fields map[string]string) {
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
 		host, pid, _ := keys.ParseClientID(owner)
-		info.Holders = append(info.Holders, Holder{Owner: owner, Count: n, Host: host, PID: pid})
+		h := Holder{Owner: owner, Count: n, Host: host, PID: pid}
+		if granted, renewals, ok := keys.ParseHeldRecord(held[owner]); ok {
+			h.HeldFor, h.Renewals = max(now.Sub(time.UnixMilli(granted)), 0), renewals
+		}
+		info.Holders = append(info.Holders, h)
 	}
+}
+
+// lockRead is Inspect's one MULTI.
+type lockRead struct {
+	typ          *redis.StatusCmd
+	fields, held *redis.MapStringStringCmd
+	pttl         *redis.DurationCmd
+	fence        *redis.StringCmd
+	waitQueue    *redis.StringSliceCmd
+	writers      *redis.IntCmd
+	now          *redis.TimeCmd
+}
+
+// add adds the waitQueue of the lock name to p.
+func (r *lockRead) add(ctx context.Context, p redis.Pipeliner, name string) {
+	ks := keys.For(name)
+	r.typ = p.Type(ctx, ks.Lock)
+	r.fields = p.HGetAll(ctx, ks.Lock)
+	r.held = p.HGetAll(ctx, keys.Held(name))
+	r.pttl = p.PTTL(ctx, ks.Lock)
+	r.fence = p.Get(ctx, ks.Fence)
+	r.waitQueue = p.LRange(ctx, ks.Queue, 0, -1)
+	r.writers = p.ZCard(ctx, ks.Writers)
+	r.now = p.Time(ctx)
 }

@@ -1,7 +1,9 @@
 -- renew: extend many held locks in one call (the watchdog's batch).
--- Per lock i, four keys: KEYS[4i-3] lock hash, KEYS[4i-2] its read-deadline
--- set (or the hash again), KEYS[4i-1] its fencing counter, KEYS[4i] its forced
--- set; ARGV[i] owner field, ARGV[n+i] new ttl in ms, ARGV[2n+i] kind:
+-- Per lock i, five keys: KEYS[5i-4] lock hash, KEYS[5i-3] its read-deadline
+-- set (or the hash again), KEYS[5i-2] its fencing counter, KEYS[5i-1] its
+-- forced set, KEYS[5i] its record of long holds; ARGV[i] owner field,
+-- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] when the hold was
+-- granted (ms since the epoch, the holder's clock). Kinds:
 --   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
 --   'w' a write hold: the TTL is extended, never shortened;
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
@@ -10,13 +12,29 @@
 --       KEYS[4i-2] the size key (sem_lib.lua's layout); the permit's expiry
 --       moves to now+ttl (server clock) and both keys live at least that long.
 --       A permit that is gone or has expired answers GONE.
+-- A lock hold renewed is a long hold: its record (field = owner, value =
+-- "<granted ms> <renewals>") is what Inspect shows as held for and
+-- renewals; it lives as long as the lock, and fields of owners that no
+-- longer hold are pruned once they outnumber the holders.
 -- Returns a list with 1 where the owner still held the lock, and why_gone's
 -- code where it did not. Every key is in the same Cluster slot.
-local n = #ARGV / 3
+local function record(k, h, f, ttl, since)
+  local cur = redis.call('hget', h, f)
+  local count = 1
+  if cur then count = (tonumber(string.match(cur, ' (%d+)$')) or 0) + 1 end
+  redis.call('hset', h, f, since .. ' ' .. count)
+  if redis.call('pttl', h) < ttl then redis.call('pexpire', h, ttl) end
+  if redis.call('hlen', h) > redis.call('hlen', k) + 4 then
+    for _, o in ipairs(redis.call('hkeys', h)) do
+      if redis.call('hexists', k, o) == 0 then redis.call('hdel', h, o) end
+    end
+  end
+end
+local n = #ARGV / 4
 local out = {}
 local now
 for i = 1, n do
-  local k, z, f, ttl, kind = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
+  local k, z, f, ttl, kind = KEYS[5 * i - 4], KEYS[5 * i - 3], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
   if kind == 's' then
     if not now then
       local t = redis.call('time')
@@ -45,9 +63,10 @@ for i = 1, n do
       end
       if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
     end
+    record(k, KEYS[5 * i], f, ttl, ARGV[3 * n + i])
     out[i] = 1
   else
-    out[i] = why_gone(KEYS[4 * i - 1], KEYS[4 * i], f)
+    out[i] = why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f)
   end
 end
 return out

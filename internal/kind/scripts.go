@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/renew"
 	"github.com/dlock-dev/dlock/internal/wire"
 )
@@ -41,20 +42,23 @@ return 0`)
 // giving each the TTL in ttls (ms). It returns a code per lease:
 // renew.Held, or why the owner's field is missing (lease.CodeGone, ...).
 func Renew(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
-	keyArgs := make([]any, 0, 4*len(batch))
-	args := make([]any, 3*len(batch))
+	keyArgs := make([]any, 0, 5*len(batch))
+	args := make([]any, 4*len(batch))
 	n := len(batch)
 	for i, e := range batch {
-		set, fence, forced := e.Set, e.Fence, e.Forced
+		set, fence, forced, held := e.Set, e.Fence, e.Forced, e.Key
 		if set == "" {
 			set = e.Key
 		}
 		if fence == "" {
-			// A permit uses neither a fencing counter nor a forced set.
+			// A permit uses neither a fencing counter, a forced set nor a
+			// record of long holds (its expiry is in its set).
 			fence, forced = e.Key, set
+		} else {
+			held = keys.Held(e.Key)
 		}
-		keyArgs = append(keyArgs, e.Key, set, fence, forced)
-		args[i], args[n+i], args[2*n+i] = e.Field, ttls[i], string(e.Kind)
+		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)
+		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), e.Since
 	}
 	res, err := scriptRenew.Run(ctx, w, keyArgs, args...).Int64Slice()
 	if err != nil {

@@ -41,6 +41,7 @@ type Config struct {
 	Replicas       int           // > 0: confirm each grant on that many replicas
 	ReplicaTimeout time.Duration
 	MaxHold        time.Duration // > 0: the default bound of a hold
+	LongHold       time.Duration // > 0: a renewed hold this old is reported once
 	SpinMin        time.Duration // > 0: spin mode
 	SpinMax        time.Duration
 	Logger         *slog.Logger
@@ -145,6 +146,16 @@ func (e *Engine) renewBatched(n int) {
 	}
 	for _, o := range e.Cfg.Observers {
 		o.Renewed(n, nil)
+	}
+}
+
+// heldLong reports a hold renewed past Config.LongHold.
+func (e *Engine) heldLong(kind Kind, name string, held time.Duration) {
+	e.Cfg.Logger.Warn("dlock: lock held long", "name", name, "kind", kind, "held", held)
+	for _, o := range e.Cfg.Observers {
+		if lo, ok := o.(LongHoldObserver); ok {
+			lo.HeldLong(kind, name, held)
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ func (h *Lease) recheck() {
 // watchdog's batches, and returns the renewal's code and when it was sent.
 func (h *Lease) renewOnce(ctx context.Context, ttl time.Duration) (int64, time.Time, error) {
 	e := h.p.Renewal(h)
-	e.Holder = h
+	e.Holder, e.Since = h, h.start.UnixMilli()
 	sent := time.Now()
 	codes, err := h.e.Cfg.Renew(ctx, h.e.Wire, []*renew.Entry{&e}, []int64{ms(ttl)})
 	if err != nil {

@@ -44,6 +44,7 @@ type Lease struct {
 
 	renewal  renew.Entry
 	renewing bool // renewal is registered with the watchdog
+	alerted  bool // reported as a long hold (Config.LongHold)
 
 	// argBuf holds a kind's script arguments (Buf).
 	argBuf [14]any
@@ -153,7 +154,7 @@ func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool 
 		ttl := e.Cfg.Watchdog
 		h.validUntil = sent.Add(ttl - DriftMargin(ttl))
 		h.renewal = h.p.Renewal(h)
-		h.renewal.TTL, h.renewal.Holder = ttl, h
+		h.renewal.TTL, h.renewal.Holder, h.renewal.Since = ttl, h, h.start.UnixMilli()
 	} else {
 		h.lease, h.until = lease, sent.Add(lease)
 		h.validUntil = h.until.Add(-DriftMargin(lease))
@@ -183,6 +184,10 @@ func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool 
 func (h *Lease) Renewed(sent time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if long := h.e.Cfg.LongHold; long > 0 && !h.alerted && sent.Sub(h.start) >= long {
+		h.alerted = true
+		h.e.Detach(func(context.Context) { h.e.heldLong(h.p.Kind(), h.name, sent.Sub(h.start)) })
+	}
 	h.renewErr = nil
 	if h.lease > 0 {
 		return // a fixed lease is never renewed: only asked about (recheck)

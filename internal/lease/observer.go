@@ -92,6 +92,14 @@ type Observer interface {
 	BreakerChanged(state string)
 }
 
+// LongHoldObserver is an Observer that also hears of holds renewed past
+// the Client's long-hold threshold (dlock.WithLongHoldAlert): HeldLong is
+// called once per such hold, from the watchdog, with how long it has been
+// held. It must not block.
+type LongHoldObserver interface {
+	HeldLong(kind Kind, name string, held time.Duration)
+}
+
 // NopObserver implements Observer doing nothing; embed it.
 type NopObserver struct{}
 

@@ -42,6 +42,12 @@
     for (const x of l.holders) {
       const li = el("li", "holder", who(x) + (x.count > 1 ? " · ×" + x.count : ""));
       li.title = x.owner;
+      if (x.renewals > 0) {
+        // A hold the watchdog renewed: how long it has lasted.
+        const long = el("span", "held-for", " · held " + ttl(x.held_for_ms) + ", " + x.renewals + " renewals");
+        long.title = "granted " + ttl(x.held_for_ms) + " ago and renewed " + x.renewals + " times";
+        li.appendChild(long);
+      }
       ul.appendChild(li);
     }
     h.appendChild(ul);
