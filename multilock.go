@@ -125,8 +125,7 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 
 func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration, forever bool) (ok bool, err error) {
 	start := time.Now()
-	if len(ml.c.cfg.Observers) > 0 {
-		finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, KindMulti, ml.name)
+	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, KindMulti, ml.name); finish != nil {
 		defer func() {
 			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
 				Err: err, Waited: time.Since(start)})

@@ -88,10 +88,10 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 			return nil
 		})
 	}, nil)
-	typ, fields, pttl, fence, queue, writers := r.typ, r.fields, r.pttl, r.fence, r.waitQueue, r.writers
 	if err != nil && ctx.Err() != nil {
-		return info, err
+		return info, err // the read goes on in the background: r is not ours
 	}
+	typ, fields, pttl, fence, queue, writers := r.typ, r.fields, r.pttl, r.fence, r.waitQueue, r.writers
 	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
 		return info, fmt.Errorf("%w: %q is a Redis %s", lease.ErrNotLock, name, t)
 	}

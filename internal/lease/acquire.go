@@ -29,8 +29,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	}
 	start := time.Now()
 	a := acquisition{lease: req.Lease, canWait: req.Forever || req.Wait > 0, ttl: req.Lease}
-	if len(hd.e.Cfg.Observers) > 0 {
-		finish := ObserveAcquire(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name)
+	if finish := ObserveAcquire(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name); finish != nil {
 		defer func() {
 			finish(Acquisition{Kind: hd.p.Kind(), Name: hd.name, Acquired: h != nil, TimedOut: a.timedOut,
 				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis})
