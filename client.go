@@ -39,6 +39,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = keys.NewClientID()
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok && cfg.sharded != ShardedOff {
+		cfg.Sharded = cc
+	} else if cfg.sharded == ShardedOn {
+		return nil, fmt.Errorf("%w: sharded pub/sub needs a *redis.ClusterClient", ErrInvalidArgument)
+	}
 	c := &Client{cfg: cfg}
 	cfg.Renew, cfg.Touch = kind.Renew, kind.Touch
 	cfg.RenewFailed = func(_ int, err error) {

@@ -78,6 +78,23 @@ func (e *clusterEnv) subscribedOn(t *testing.T, channel string) []*testenv.Redis
 	return out
 }
 
+// shardSubscribedOn returns the nodes where channel is a shard channel
+// with subscribers.
+func (e *clusterEnv) shardSubscribedOn(t *testing.T, channel string) []*testenv.Redis {
+	t.Helper()
+	var out []*testenv.Redis
+	for _, r := range e.nodes {
+		v, err := r.Do(ctxT(t), "PUBSUB", "SHARDCHANNELS", channel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := v.([]any); len(l) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func resetStats(t *testing.T, r *testenv.Redis) {
 	t.Helper()
 	if err := r.ResetStats(ctxT(t)); err != nil {
@@ -191,7 +208,6 @@ func TestCluster(t *testing.T) {
 		ctx := ctxT(t)
 		names := []string{"alpha", "beta", "gamma", "order:{42}:pay"}
 		e.spread(t, names...)
-		crossed := 0
 		for _, name := range names {
 			node := e.nodeOf(name)
 			m := a.Mutex(name)
@@ -215,23 +231,20 @@ func TestCluster(t *testing.T) {
 			w := b.Mutex(name)
 			got := lockAsync(ctx, w)
 			e.waitWaiters(t, a, name, 1)
-			// b's one pub/sub connection is on some node (not necessarily
-			// the one its channel hashes to); the names cover every node,
-			// so some hand-offs are published on another one.
-			on := e.subscribedOn(t, keys.ClientChannel(b.ID()))
-			if len(on) != 1 {
-				t.Fatalf("b's hand-off channel is subscribed on %d nodes, want 1", len(on))
+			// Sharded (the default on a Cluster): b waits on its client
+			// channel of this lock's slot, on the slot's master, and the
+			// hand-off is one SPUBLISH there, which stays in the shard.
+			on := e.shardSubscribedOn(t, keys.ShardClientChannel(b.ID(), name))
+			if len(on) != 1 || on[0] != node {
+				t.Fatalf("%s: b's hand-off channel is subscribed on %d nodes, want the slot's master only", name, len(on))
 			}
 			resetStats(t, node)
 			mustUnlock(t, m)
 			if d := await(t, got, 5*time.Second, name+": waiter"); d > handoffBound {
 				t.Fatalf("%s: the waiter got the lock %v after the release: not by hand-off", name, d)
 			}
-			if s := commands(t, node); s["publish"] != 1 {
-				t.Fatalf("%s: the release on %s published %d messages, want 1 hand-off", name, node.Addr(), s["publish"])
-			}
-			if node != on[0] {
-				crossed++
+			if s := commands(t, node); s["spublish"] != 1 || s["publish"] != 0 {
+				t.Fatalf("%s: the release on %s sent %d SPUBLISH and %d PUBLISH, want 1 sharded hand-off", name, node.Addr(), s["spublish"], s["publish"])
 			}
 			if l, err := m.IsLocked(ctx); !l || err != nil {
 				t.Fatalf("%s: IsLocked after hand-off = %v, %v", name, l, err)
@@ -248,8 +261,31 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("%s: IsLocked after the last Unlock = %v, %v", name, l, err)
 			}
 		}
-		if crossed == 0 {
-			t.Fatal("no hand-off crossed nodes")
+	})
+
+	t.Run("ClassicHandoff", func(t *testing.T) {
+		// WithShardedPubSub(ShardedOff): classic channels, as older
+		// Redisson waits; the hand-off is one PUBLISH on the lock's master.
+		ctx := ctxT(t)
+		a := newClusterClient(t, e.rdb, WithShardedPubSub(ShardedOff))
+		b := newClusterClient(t, e.rdb, WithShardedPubSub(ShardedOff))
+		for _, name := range []string{"alpha", "beta", "gamma", "order:{42}:pay"} {
+			node := e.nodeOf(name)
+			m := a.Mutex(name)
+			mustLock(t, m)
+			got := lockAsync(ctx, b.Mutex(name))
+			e.waitWaiters(t, a, name, 1)
+			if on := e.subscribedOn(t, keys.ClientChannel(b.ID())); len(on) != 1 {
+				t.Fatalf("b's classic hand-off channel is subscribed on %d nodes, want 1", len(on))
+			}
+			resetStats(t, node)
+			mustUnlock(t, m)
+			if d := await(t, got, 5*time.Second, name+": waiter"); d > handoffBound {
+				t.Fatalf("%s: the waiter got the lock %v after the release: not by hand-off", name, d)
+			}
+			if s := commands(t, node); s["publish"] != 1 || s["spublish"] != 0 {
+				t.Fatalf("%s: classic release sent %d PUBLISH, %d SPUBLISH; want 1 PUBLISH", name, s["publish"], s["spublish"])
+			}
 		}
 	})
 

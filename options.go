@@ -15,6 +15,7 @@ type config struct {
 	lease.Config
 	fallback    Fallback // WithFallback
 	fallbackCfg fallbackConfig
+	sharded     ShardedMode
 }
 
 func defaultConfig() config {
@@ -55,6 +56,40 @@ func WithLongHoldAlert(d time.Duration) Option {
 			return fmt.Errorf("%w: long-hold alert %v is negative", ErrInvalidArgument, d)
 		}
 		c.LongHold = d
+		return nil
+	}
+}
+
+// ShardedMode says whether a Client's pub/sub is sharded (SSUBSCRIBE and
+// SPUBLISH, Redis 7.0+), like Redisson's shardedSubscriptionMode.
+type ShardedMode int
+
+// The sharded pub/sub modes.
+const (
+	// ShardedAuto, the default, is sharded on a Redis Cluster (a
+	// *redis.ClusterClient, which dlock assumes runs Redis 7.0+; set
+	// ShardedOff for an older Cluster) and classic elsewhere.
+	ShardedAuto ShardedMode = iota
+	// ShardedOn is sharded; it needs a *redis.ClusterClient.
+	ShardedOn
+	// ShardedOff is classic PUBLISH and SUBSCRIBE.
+	ShardedOff
+)
+
+// WithShardedPubSub sets the Client's pub/sub mode (default ShardedAuto).
+// Sharded, every message dlock sends stays in the shard of the key it is
+// about: a release's "0" on the lock's channel, and a hand-off on the
+// waiter's client channel of the lock's slot, so a Client has a channel per
+// slot it waits in. Classic PUBLISH is copied to every node of a Cluster.
+// Every process that shares a lock must use the same mode (and Redisson
+// 3.22+ uses sharded on Cluster 7): a message sent one way is not heard the
+// other, and its waiters fall back to their re-checks.
+func WithShardedPubSub(m ShardedMode) Option {
+	return func(c *config) error {
+		if m < ShardedAuto || m > ShardedOff {
+			return fmt.Errorf("%w: sharded pub/sub mode %d", ErrInvalidArgument, m)
+		}
+		c.sharded = m
 		return nil
 	}
 }

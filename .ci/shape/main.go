@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"."},
 	{"internal/kind", "internal/tier"},
 	{"internal/lease"},
-	{"internal/wire", "internal/notify", "internal/renew"},
+	{"internal/wire", "internal/notify", "internal/renew", "internal/shardsub"},
 	{"internal/keys", "internal/lockcheck", "internal/discover"},
 }
 

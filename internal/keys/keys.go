@@ -177,6 +177,30 @@ func redissonName(prefix, name string) string {
 // direct hand-offs.
 func ClientChannel(clientID string) string { return ClientChannelPrefix + clientID }
 
+// ShardClientChannel is the client channel of clientID in the Cluster slot
+// of lockKey, "dlock:client:{<tag>}:<client id>", where tag is lockKey's
+// hash tag, or lockKey itself when it has none: with sharded pub/sub a
+// hand-off stays in the shard of the lock it is about, so each client has a
+// channel per slot it waits in. The scripts build the same name from
+// KEYS[1] (the shard_client function the sharded scripts begin with).
+func ShardClientChannel(clientID, lockKey string) string {
+	tag, ok := HashTag(lockKey)
+	if !ok {
+		tag = lockKey
+	}
+	return ClientChannelPrefix + "{" + tag + "}:" + clientID
+}
+
+// IsClientChannel reports whether name is clientID's channel, classic or of
+// a slot (ShardClientChannel).
+func IsClientChannel(name, clientID string) bool {
+	rest, ok := strings.CutPrefix(name, ClientChannelPrefix)
+	if !ok {
+		return false
+	}
+	return rest == clientID || strings.HasPrefix(rest, "{") && strings.HasSuffix(rest, "}:"+clientID)
+}
+
 // ClientChannelPrefix starts every client channel; the scripts (lib.lua)
 // build the channel from it and the client id in a queue entry's owner.
 const ClientChannelPrefix = "dlock:client:"

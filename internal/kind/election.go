@@ -11,13 +11,14 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/lease"
+	"github.com/dlock-dev/dlock/internal/shardsub"
 	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 var (
 	//go:embed election_announce.lua
 	luaAnnounce    string
-	scriptAnnounce = wire.NewScript(luaAnnounce)
+	scriptAnnounce = script(luaAnnounce)
 )
 
 // Election is an election's protocol beyond its lock (a Mutex on
@@ -93,17 +94,8 @@ func (o *observer) run(ctx context.Context) {
 	defer close(o.out)
 	defer o.p.e.UntrackCloser(o)
 	defer o.cancel()
-	// One SUBSCRIBE for both channels: once it is confirmed, both are.
-	ps := o.p.e.Redis().Subscribe(context.WithoutCancel(ctx), o.p.ks.Changes, o.p.channel)
-	msgs := make(chan any)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		receive(ctx, ps, msgs)
-	}()
-	defer wg.Wait()
-	defer ps.Close()
+	msgs, stop := o.subscribe(ctx)
+	defer stop()
 	o.retry = time.NewTimer(time.Hour)
 	o.retry.Stop()
 	defer o.retry.Stop()
@@ -122,6 +114,53 @@ func (o *observer) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// subscribe subscribes the election's changes and its lock's release
+// channel and returns their messages (as go-redis types) and the function
+// that ends the subscription.
+func (o *observer) subscribe(ctx context.Context) (<-chan any, func()) {
+	if cc := o.p.e.Cfg.Sharded; cc != nil {
+		return o.subscribeSharded(cc)
+	}
+	// One SUBSCRIBE for both channels: once it is confirmed, both are.
+	ps := o.p.e.Redis().Subscribe(context.WithoutCancel(ctx), o.p.ks.Changes, o.p.channel)
+	msgs := make(chan any)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		receive(ctx, ps, msgs)
+	}()
+	return msgs, func() {
+		_ = ps.Close()
+		wg.Wait()
+	}
+}
+
+// subscribeSharded is subscribe with sharded pub/sub: a subscriber that
+// follows the channels' slot. A message that finds the buffer full is
+// dropped: the observer re-reads Redis on the next one.
+func (o *observer) subscribeSharded(cc *redis.ClusterClient) (<-chan any, func()) {
+	msgs := make(chan any, 64)
+	put := func(m any) {
+		select {
+		case msgs <- m:
+		default:
+		}
+	}
+	sub := shardsub.New(cc, shardsub.Config{Log: o.p.e.Cfg.Logger, Handler: func(ev shardsub.Event) {
+		switch ev.Kind {
+		case shardsub.Message:
+			put(&redis.Message{Channel: ev.Channel, Payload: ev.Payload})
+		case shardsub.Subscribed, shardsub.Resubscribed:
+			put(&redis.Subscription{Kind: "subscribe", Channel: ev.Channel})
+		}
+	}})
+	if err := sub.Subscribe(o.p.ks.Changes, o.p.channel); err != nil {
+		o.p.e.Cfg.Logger.Debug("dlock: observing an election failed", "name", o.p.name, "err", err)
+	}
+	return msgs, func() { _ = sub.Close() }
 }
 
 // receive passes ps's messages to msgs until ctx is done or ps is closed.

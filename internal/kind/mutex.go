@@ -25,10 +25,10 @@ var (
 	//go:embed force.lua
 	luaForce string
 
-	scriptAcquire = wire.NewScript(wire.WithLib(luaLib, luaAcquire))
-	scriptRelease = wire.NewScript(wire.WithLib(luaLib, luaRelease))
-	scriptLeave   = wire.NewScript(wire.WithLib(luaLib, luaLeave))
-	scriptForce   = wire.NewScript(wire.WithLib(luaLib, luaForce))
+	scriptAcquire = script(wire.WithLib(luaLib, luaAcquire))
+	scriptRelease = script(wire.WithLib(luaLib, luaRelease))
+	scriptLeave   = script(wire.WithLib(luaLib, luaLeave))
+	scriptForce   = script(wire.WithLib(luaLib, luaForce))
 )
 
 // Mutex is the reentrant lock's protocol, fair or not: Redisson's hash, and
@@ -179,7 +179,7 @@ func msDuration(n int64) time.Duration {
 
 // scriptRaiseFence lifts a fencing counter to at least ARGV[1], keeping its
 // TTL (and so the start of its sequence).
-var scriptRaiseFence = wire.NewScript(`
+var scriptRaiseFence = script(`
 local c = redis.call('get', KEYS[1])
 if c and tonumber(c) < tonumber(ARGV[1]) then
   redis.call('set', KEYS[1], ARGV[1], 'KEEPTTL')

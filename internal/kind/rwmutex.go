@@ -27,10 +27,10 @@ var (
 	luaRWLeave string
 
 	// Read-write lock scripts: lib.lua, then rwlib.lua, then the script.
-	scriptRWLock   = wire.NewScript(wire.WithLib(luaLib+luaRWLib, luaRWLock))
-	scriptRLock    = wire.NewScript(wire.WithLib(luaLib+luaRWLib, luaRLock))
-	scriptRWUnlock = wire.NewScript(wire.WithLib(luaLib+luaRWLib, luaRWUnlock))
-	scriptRWLeave  = wire.NewScript(wire.WithLib(luaLib+luaRWLib, luaRWLeave))
+	scriptRWLock   = script(wire.WithLib(luaLib+luaRWLib, luaRWLock))
+	scriptRLock    = script(wire.WithLib(luaLib+luaRWLib, luaRLock))
+	scriptRWUnlock = script(wire.WithLib(luaLib+luaRWLib, luaRWUnlock))
+	scriptRWLeave  = script(wire.WithLib(luaLib+luaRWLib, luaRWLeave))
 )
 
 // RWMutex is the read-write lock's protocol, Redisson's RReadWriteLock

@@ -10,6 +10,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,7 +25,7 @@ var (
 	//go:embed renew.lua
 	luaRenew string
 
-	scriptRenew = wire.NewScript(wire.WithLib(luaLib, luaRenew))
+	scriptRenew = script(wire.WithLib(luaLib, luaRenew))
 
 	// Touch rewrites a key's TTL to its current value: a write that changes
 	// nothing, but enters the replication stream after the grant (for
@@ -109,3 +110,25 @@ func Source(file string) string {
 		"election_announce.lua": luaAnnounce,
 	}[file]
 }
+
+// script returns the script of src with its sharded variant: the one a
+// Client in sharded pub/sub mode runs, whose every message is an SPUBLISH
+// that stays in the shard of the script's keys. A hand-off goes to the
+// waiter's client channel of the lock's slot (keys.ShardClientChannel),
+// which shard_client builds from KEYS[1] by Redis' hash-tag rule.
+func script(src string) *wire.Script {
+	sharded := strings.ReplaceAll(src, "'publish'", "'spublish'")
+	sharded = strings.ReplaceAll(sharded, "'"+keys.ClientChannelPrefix+"' .. ", "shard_client() .. ")
+	return wire.NewScript(src).WithSharded(shardClientLua + sharded)
+}
+
+// shardClientLua defines shard_client: the prefix of this script's client
+// channels in the slot of KEYS[1], "dlock:client:{<tag>}:".
+const shardClientLua = `local function shard_client()
+  local k = KEYS[1]
+  local s = string.find(k, '{', 1, true)
+  local e = s and string.find(k, '}', s + 1, true)
+  if e and e > s + 1 then k = string.sub(k, s + 1, e - 1) end
+  return '` + keys.ClientChannelPrefix + `{' .. k .. '}:'
+end
+`

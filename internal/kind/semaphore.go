@@ -24,9 +24,9 @@ var (
 	//go:embed sem_leave.lua
 	luaSemLeave string
 
-	scriptSemAcquire = wire.NewScript(luaSemLib + luaSemAcquire)
-	scriptSemRelease = wire.NewScript(luaSemLib + luaSemRelease)
-	scriptSemLeave   = wire.NewScript(luaSemLib + luaSemLeave)
+	scriptSemAcquire = script(luaSemLib + luaSemAcquire)
+	scriptSemRelease = script(luaSemLib + luaSemRelease)
+	scriptSemLeave   = script(luaSemLib + luaSemLeave)
 )
 
 // semMismatch is sem_acquire.lua's answer when the semaphore is live with

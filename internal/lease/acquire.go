@@ -111,7 +111,7 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 	// also queues the caller if the lock is taken: no second round trip. A
 	// lock that is not known to be contended is tried first, which costs
 	// nothing more when it is free: no waiter to register, no SUBSCRIBE.
-	if ch, _ := a.h.p.Channel(); a.canWait && e.hub.Listening(ch) {
+	if ch, _ := a.h.p.Channel(); a.canWait && e.hub.Listening(ch, a.h.p.Key()) {
 		if err := a.join(waitCtx); err != nil {
 			return a.failed(ctx, err, false)
 		}
@@ -314,9 +314,9 @@ func (a *acquisition) join(ctx context.Context) error {
 	h := a.h
 	var err error
 	if ch, shared := h.p.Channel(); shared {
-		a.w, err = h.e.hub.JoinShared(ctx, ch)
+		a.w, err = h.e.hub.JoinShared(ctx, ch, h.p.Key())
 	} else {
-		a.w, err = h.e.hub.Join(ctx, ch)
+		a.w, err = h.e.hub.Join(ctx, ch, h.p.Key())
 	}
 	if err != nil {
 		return err

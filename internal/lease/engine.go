@@ -48,6 +48,9 @@ type Config struct {
 	Observers      []Observer
 	// Renew renews one batch of entries (the kinds' renewal script).
 	Renew func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error)
+	// Sharded, when set, makes every message sharded (SPUBLISH, SSUBSCRIBE
+	// through this Cluster client): see the notify package.
+	Sharded *redis.ClusterClient
 	// Touch rewrites a key's TTL to its current value (for replica acks).
 	Touch *wire.Script
 	// RenewFailed and RenewBatched, when set, are told of each watchdog
@@ -113,7 +116,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		CloseWait:     cfg.CloseTimeout,
 		Forced:        e.forced,
 		Log:           cfg.Logger,
+		Sharded:       cfg.Sharded,
+		ClientID:      cfg.ClientID,
 	})
+	e.Wire.SetSharded(cfg.Sharded != nil)
 	var slot func(string) uint16
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = keys.Slot

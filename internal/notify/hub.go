@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/shardsub"
 )
 
 // ErrClosed is returned by Join after Close.
@@ -40,6 +41,9 @@ var ErrClosed = errors.New("notify: hub closed")
 // for concurrent use.
 type Hub struct {
 	rdb           redis.UniversalClient
+	sharded       *redis.ClusterClient // sharded pub/sub (sharded.go); nil: classic
+	clientID      string
+	shard         *shardsub.Subscriber // the sharded subscriptions, once started
 	log           *slog.Logger
 	clientChannel string
 	linger        time.Duration
@@ -76,6 +80,9 @@ type channel struct {
 	confirmed bool
 	waiters   []*Waiter
 	linger    *time.Timer
+	// ready is closed at the first confirmation of a slot's client channel
+	// (sharded mode), which Join waits for.
+	ready chan struct{}
 }
 
 // Config is what a Hub is built with.
@@ -99,6 +106,12 @@ type Config struct {
 	// treat the message as a hint to check Redis: anyone may send it.
 	Forced func(lockKey string)
 	Log    *slog.Logger // required
+	// Sharded, when set, makes the Hub subscribe with SSUBSCRIBE through
+	// this Cluster client (sharded.go): a lock's channel in its own shard,
+	// and this client's channel once per slot it waits in
+	// (keys.ShardClientChannel of ClientID).
+	Sharded  *redis.ClusterClient
+	ClientID string
 }
 
 // New returns a Hub. It opens no connection until the first Join.
@@ -108,6 +121,8 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 	}
 	return &Hub{
 		rdb:           rdb,
+		sharded:       cfg.Sharded,
+		clientID:      cfg.ClientID,
 		log:           cfg.Log,
 		clientChannel: cfg.ClientChannel,
 		linger:        cfg.Linger,
@@ -132,25 +147,29 @@ func (h *Hub) Ready() bool {
 	return h.clientOK
 }
 
-// Join registers a waiter on lockChannel, subscribing it (and, the first time,
-// the client channel) when needed. It returns once the client channel is
-// confirmed, or with ctx's error. The caller must call Leave exactly once.
-func (h *Hub) Join(ctx context.Context, lockChannel string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, false)
+// Join registers a waiter on lockChannel, the release channel of the lock
+// at lockKey, subscribing it (and, the first time, the client channel: in
+// sharded mode, the client channel of lockKey's slot) when needed. It
+// returns once the client channel is confirmed, or with ctx's error. The
+// caller must call Leave exactly once.
+func (h *Hub) Join(ctx context.Context, lockChannel, lockKey string) (*Waiter, error) {
+	return h.join(ctx, lockChannel, lockKey, false)
 }
 
 // JoinShared is Join for a waiter that can share the lock with others of its
 // kind (a reader): a "0" on the channel wakes one exclusive waiter when there
 // is one, and every shared waiter only when there is none.
-func (h *Hub) JoinShared(ctx context.Context, lockChannel string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, true)
+func (h *Hub) JoinShared(ctx context.Context, lockChannel, lockKey string) (*Waiter, error) {
+	return h.join(ctx, lockChannel, lockKey, true)
 }
 
 // Listen subscribes the client channel, in the background, if nothing has
 // yet: a holder listens there for the news that its lock was forced away
 // (Config.Forced). It never blocks on Redis.
 func (h *Hub) Listen() {
-	if h.listening.Load() {
+	if h.listening.Load() || h.sharded != nil {
+		// Sharded: a client channel lives in one slot, and a holder learns
+		// of a ForceUnlock at its next renewal instead.
 		return
 	}
 	h.mu.Lock()
@@ -165,6 +184,10 @@ func (h *Hub) Listen() {
 // and returns the client channel when it still needs subscribing. The
 // caller holds h.mu.
 func (h *Hub) start() []string {
+	if h.sharded != nil {
+		h.startSharded()
+		return nil
+	}
 	if h.ps != nil {
 		return nil
 	}
@@ -177,29 +200,30 @@ func (h *Hub) start() []string {
 	return []string{h.clientChannel}
 }
 
-func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waiter, error) {
+func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, shared bool) (*Waiter, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
 	subscribe := h.start()
-	ch := h.chans[lockChannel]
-	if ch == nil {
-		ch = &channel{}
-		h.chans[lockChannel] = ch
-		subscribe = append(subscribe, lockChannel)
+	ch, subscribe := h.ref(lockChannel, subscribe)
+	ready := h.clientReady
+	var clientCh string
+	if h.sharded != nil {
+		clientCh = keys.ShardClientChannel(h.clientID, lockKey)
+		var cc *channel
+		cc, subscribe = h.ref(clientCh, subscribe)
+		if cc.ready == nil {
+			cc.ready = make(chan struct{})
+		}
+		ready = cc.ready
 	}
-	if ch.linger != nil {
-		ch.linger.Stop()
-		ch.linger = nil
-	}
-	ch.refs++
 	h.nextTicket++
 	if h.nextTicket == 0 {
 		h.nextTicket = 1 // 0 is the ticket of waiters that poll
 	}
-	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, shared: shared, C: make(chan struct{}, 1)}
+	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, clientCh: clientCh, shared: shared, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
 	if len(subscribe) > 0 {
@@ -207,7 +231,6 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 		// channel reach Redis in the order the reference count changed.
 		h.queueOp(subOp{channels: subscribe})
 	}
-	ready := h.clientReady
 	h.mu.Unlock()
 	var giveUp <-chan time.Time
 	if h.readyTimeout > 0 {
@@ -230,6 +253,23 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 	}
 }
 
+// ref counts one more user of the channel name, making its entry (and
+// adding name to subscribe) when it is new. The caller holds h.mu.
+func (h *Hub) ref(name string, subscribe []string) (*channel, []string) {
+	ch := h.chans[name]
+	if ch == nil {
+		ch = &channel{}
+		h.chans[name] = ch
+		subscribe = append(subscribe, name)
+	}
+	if ch.linger != nil {
+		ch.linger.Stop()
+		ch.linger = nil
+	}
+	ch.refs++
+	return ch, subscribe
+}
+
 // Leave unregisters w. When w was the channel's last waiter, the channel is
 // unsubscribed after the linger period unless a new waiter arrives first.
 func (h *Hub) Leave(w *Waiter) {
@@ -240,21 +280,32 @@ func (h *Hub) Leave(w *Waiter) {
 	}
 	w.left = true
 	delete(h.tickets, w.Ticket)
-	ch := h.chans[w.channel]
+	if ch := h.chans[w.channel]; ch != nil {
+		for i, x := range ch.waiters {
+			if x == w {
+				ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	h.unref(w.channel)
+	if w.clientCh != "" {
+		h.unref(w.clientCh)
+	}
+}
+
+// unref counts one user of the channel name less; without users it is
+// unsubscribed after the linger period unless a new user arrives first.
+// The caller holds h.mu.
+func (h *Hub) unref(name string) {
+	ch := h.chans[name]
 	if ch == nil {
 		return
-	}
-	for i, x := range ch.waiters {
-		if x == w {
-			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
-			break
-		}
 	}
 	ch.refs--
 	if ch.refs > 0 || h.closed {
 		return
 	}
-	name := w.channel
 	ch.linger = time.AfterFunc(h.linger, func() { h.expire(name, ch) })
 }
 
@@ -268,9 +319,14 @@ func (h *Hub) expire(name string, ch *channel) {
 	h.queueOp(subOp{unsubscribe: true, channels: []string{name}})
 }
 
-// queueOp hands a subscription change to the subscriber goroutine. The
-// caller holds h.mu.
+// queueOp hands a subscription change to the subscriber goroutine (to the
+// sharded subscriber, which never blocks, in sharded mode). The caller
+// holds h.mu.
 func (h *Hub) queueOp(op subOp) {
+	if h.shard != nil {
+		h.shardOp(op)
+		return
+	}
 	h.ops = append(h.ops, op)
 	select {
 	case h.opsSignal <- struct{}{}:
@@ -320,9 +376,13 @@ func (h *Hub) Subscribed() []string {
 // Listening reports whether the client channel is confirmed and
 // lockChannel subscribed or lingering: a waiter that joins now costs no
 // SUBSCRIBE and is sure to hear its hand-off.
-func (h *Hub) Listening(lockChannel string) bool {
+func (h *Hub) Listening(lockChannel, lockKey string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.sharded != nil {
+		cc := h.chans[keys.ShardClientChannel(h.clientID, lockKey)]
+		return cc != nil && cc.confirmed && h.chans[lockChannel] != nil
+	}
 	return h.clientOK && h.chans[lockChannel] != nil
 }
 
@@ -343,8 +403,11 @@ func (h *Hub) Close() error {
 	for _, w := range h.tickets {
 		w.close()
 	}
-	ps, done, subDone := h.ps, h.readerDone, h.subDone
+	ps, done, subDone, shard := h.ps, h.readerDone, h.subDone, h.shard
 	h.mu.Unlock()
+	if shard != nil {
+		return shard.Close()
+	}
 	if ps == nil {
 		return nil
 	}
@@ -429,11 +492,16 @@ func (h *Hub) confirmed(name string, again bool) {
 		}
 	} else if ch := h.chans[name]; ch != nil {
 		if ch.confirmed || again {
-			for _, w := range ch.waiters {
-				w.wake()
-			}
+			h.wakeChannel(name, ch)
 		}
 		ch.confirmed = true
+		if ch.ready != nil {
+			select {
+			case <-ch.ready:
+			default:
+				close(ch.ready)
+			}
+		}
 	}
 	h.mu.Unlock()
 	if restored {
@@ -442,7 +510,8 @@ func (h *Hub) confirmed(name string, again bool) {
 }
 
 func (h *Hub) dispatch(name, payload string) {
-	if name == h.clientChannel && h.forced != nil {
+	client := name == h.clientChannel || h.sharded != nil && keys.IsClientChannel(name, h.clientID)
+	if client && h.forced != nil {
 		if key, ok := keys.ParseForcedMessage(payload); ok {
 			// Forced away, or so it claims: the holders of key ask Redis.
 			h.forced(key)
@@ -451,7 +520,7 @@ func (h *Hub) dispatch(name, payload string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if name == h.clientChannel {
+	if client {
 		// A hand-off to one of our tickets, or so it claims: the waiter
 		// confirms it in Redis with its next attempt. A forged message
 		// costs that waiter one attempt, and grants nothing.

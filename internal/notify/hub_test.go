@@ -31,18 +31,18 @@ func TestHub(t *testing.T) {
 	ctx := context.Background()
 	h := New(rdb, Config{ClientChannel: "dlock:client:test", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
-	if h.Ready() || h.Listening("lockchan") {
+	if h.Ready() || h.Listening("lockchan", "k") {
 		t.Fatal("ready or listening before any Join")
 	}
-	w1, err := h.Join(ctx, "lockchan")
+	w1, err := h.Join(ctx, "lockchan", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w2, _ := h.Join(ctx, "lockchan")
-	if !h.Ready() || !h.Listening("lockchan") {
+	w2, _ := h.Join(ctx, "lockchan", "k")
+	if !h.Ready() || !h.Listening("lockchan", "k") {
 		t.Fatal("not ready or not listening after Join returned")
 	}
-	if h.Listening("otherchan") {
+	if h.Listening("otherchan", "k") {
 		t.Fatal("listening on a channel nobody joined")
 	}
 	if n := rdb.PubSubNumSub(ctx, "lockchan").Val()["lockchan"]; n != 1 {
@@ -82,7 +82,7 @@ func TestHub(t *testing.T) {
 	h.Leave(w1)
 	h.Leave(w2)
 	h.Leave(w2) // idempotent
-	if !h.Listening("lockchan") {
+	if !h.Listening("lockchan", "k") {
 		t.Fatal("not listening during the linger")
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -92,13 +92,13 @@ func TestHub(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if h.Listening("lockchan") {
+	if h.Listening("lockchan", "k") {
 		t.Fatal("listening after the linger")
 	}
 
 	// After the connection is killed, the waiters are told to re-check once
 	// the subscription is back.
-	w3, _ := h.Join(ctx, "lockchan")
+	w3, _ := h.Join(ctx, "lockchan", "k")
 	if _, err := r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestHub(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Join(ctx, "x"); err != ErrClosed {
+	if _, err := h.Join(ctx, "x", "k"); err != ErrClosed {
 		t.Fatalf("Join after Close = %v", err)
 	}
 }
@@ -122,12 +122,12 @@ func TestHubShared(t *testing.T) {
 	ctx := context.Background()
 	h := New(rdb, Config{ClientChannel: "dlock:client:shared", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
-	r1, err := h.JoinShared(ctx, "rw")
+	r1, err := h.JoinShared(ctx, "rw", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, _ := h.JoinShared(ctx, "rw")
-	w, _ := h.Join(ctx, "rw")
+	r2, _ := h.JoinShared(ctx, "rw", "k")
+	w, _ := h.Join(ctx, "rw", "k")
 	quiet := func(ws ...*Waiter) {
 		t.Helper()
 		time.Sleep(50 * time.Millisecond)

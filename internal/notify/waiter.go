@@ -15,9 +15,10 @@ type Waiter struct {
 	// C receives a value whenever Take has something new to report.
 	C chan struct{}
 
-	channel string
-	shared  bool // a reader: see JoinShared
-	left    bool // guarded by the Hub's mu
+	channel  string
+	clientCh string // sharded mode: the client channel of the lock's slot
+	shared   bool   // a reader: see JoinShared
+	left     bool   // guarded by the Hub's mu
 
 	mu     sync.Mutex
 	retry  bool

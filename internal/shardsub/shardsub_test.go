@@ -218,8 +218,10 @@ func TestCluster(t *testing.T) {
 		if got := sharded["cluster_stats_messages_publishshard_sent"]; got < 0.95 || got > 1.05 {
 			t.Fatalf("an SPUBLISH cost %.2f bus messages, want 1 (its shard's one replica)", got)
 		}
-		if got := shardedNobody["cluster_stats_messages_publishshard_sent"]; got < 0.95 || got > 1.05 {
-			t.Fatalf("an SPUBLISH nobody hears cost %.2f bus messages, want 1", got)
+		// Nobody subscribed: at most the shard's replica hears it (Redis
+		// 7.0 was seen sending fewer, never more).
+		if got := shardedNobody["cluster_stats_messages_publishshard_sent"]; got > 1.05 {
+			t.Fatalf("an SPUBLISH nobody hears cost %.2f bus messages, want at most 1", got)
 		}
 	})
 

@@ -16,12 +16,22 @@ import (
 type Script struct {
 	src any // the source, boxed once
 	sha any // its SHA1 in hex, boxed once
+	// sharded is the variant a Wire in sharded mode runs instead (its
+	// messages stay in the shard of the keys), or nil.
+	sharded *Script
 }
 
 // NewScript returns the script of src.
 func NewScript(src string) *Script {
 	h := sha1.Sum([]byte(src))
 	return &Script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// WithSharded sets the variant of s that a Wire in sharded pub/sub mode
+// runs instead (SetSharded), and returns s. Call it before s is used.
+func (s *Script) WithSharded(src string) *Script {
+	s.sharded = NewScript(src)
+	return s
 }
 
 // Source returns the script's source.

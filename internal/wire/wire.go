@@ -31,6 +31,7 @@ import (
 type Wire struct {
 	rdb     redis.UniversalClient
 	cleanup time.Duration
+	sharded bool // run the scripts' sharded variants (SetSharded)
 	batch   batcher
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
@@ -42,6 +43,10 @@ func New(rdb redis.UniversalClient, cleanup time.Duration) *Wire {
 	w.batch.start(w)
 	return w
 }
+
+// SetSharded makes w run every script's sharded variant (Script.WithSharded)
+// in place of the script. Call it before the first call.
+func (w *Wire) SetSharded(on bool) { w.sharded = on }
 
 // Redis returns the go-redis client the Wire sends through.
 func (w *Wire) Redis() redis.UniversalClient { return w.rdb }
@@ -111,6 +116,12 @@ func (w *Wire) Do(ctx context.Context, cl *Call) (left bool, err error) {
 	if cl.Droppable && ctx.Err() != nil {
 		cl.Free()
 		return true, context.Cause(ctx)
+	}
+	if w.sharded && cl.Script != nil && cl.Script.sharded != nil {
+		// The same arguments, the other script: the EVALSHA's SHA1 is its
+		// second argument.
+		cl.Script = cl.Script.sharded
+		cl.Cmd.Args()[1] = cl.Script.sha
 	}
 	w.batch.submit(cl)
 	return w.wait(ctx, cl)
