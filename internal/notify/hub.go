@@ -531,10 +531,14 @@ func (h *Hub) dispatch(name, payload string) {
 		}
 		return
 	}
-	ch := h.chans[name]
-	if ch == nil {
-		return
+	if ch := h.chans[name]; ch != nil {
+		ch.released(payload)
 	}
+}
+
+// released wakes the waiters a release message on ch's channel allows. The
+// caller holds the Hub's mu.
+func (ch *channel) released(payload string) {
 	switch payload {
 	case "0": // one holder released: one local waiter may proceed
 		exclusive := false
