@@ -232,11 +232,15 @@ func TestElectionObserveEventDriven(t *testing.T) {
 			t.Fatalf("nothing observed, want %q", want)
 		}
 	}
-	a := newClient(t, r).Election("el:observe")
+	ac := newClient(t, r)
+	a := ac.Election("el:observe")
 	if _, err := a.Campaign(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	next("a")
+	// The leader's Client subscribes its client channel in the background
+	// after its first grant (for ForceUnlock's news): let it finish.
+	waitSubscribed(t, ctx, rdbFor(t, r), ac)
 
 	// Idle: a leader (renewed every 10s by default) and an observer.
 	if err := r.ResetStats(ctx); err != nil {
