@@ -277,12 +277,15 @@ func TestWeightedSetPermitsWakes(t *testing.T) {
 	if s.Permits() != 5 {
 		t.Fatalf("Permits after SetPermits(5): %d", s.Permits())
 	}
+	// The first two fit (2 + 1 of 3 free), in arrival order; the third
+	// would fit in place of the first, and must not get it. Both are told
+	// by the one script, so either may return first.
 	var granted []*Permit
-	for want := range 2 {
+	for range 2 {
 		select {
 		case g := <-got:
-			if g.i != want || g.p == nil {
-				t.Fatalf("waiter %d (%v, %v) granted, want %d (arrival order)", g.i, g.p, g.err, want)
+			if g.i > 1 || g.p == nil {
+				t.Fatalf("waiter %d (%v, %v) granted, want 0 and 1 (arrival order)", g.i, g.p, g.err)
 			}
 			d := g.at.Sub(start)
 			t.Logf("waiter %d (%d permits) granted %v after SetPermits", g.i, g.p.N(), d)
@@ -291,7 +294,7 @@ func TestWeightedSetPermitsWakes(t *testing.T) {
 			}
 			granted = append(granted, g.p)
 		case <-time.After(2 * time.Second):
-			t.Fatalf("waiter %d not granted after SetPermits grew the semaphore", want)
+			t.Fatalf("only %d waiters granted after SetPermits grew the semaphore, want 2", len(granted))
 		}
 	}
 	select {
