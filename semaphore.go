@@ -29,9 +29,10 @@ import (
 // only SetPermits changes it: an Acquire through a handle made with
 // another number uses the size Redis has. The size lives as long as the
 // semaphore's permits and queue, and at least four re-check intervals
-// (12s by default) after its last Acquire, queueing or SetPermits; a
-// semaphore left idle (no permit held, nobody queued) longer than that
-// forgets it, and the next Acquire initialises it again from its handle.
+// (12s by default) after it was set (by the first Acquire or SetPermits);
+// a semaphore left idle (no permit held, nobody queued) past that forgets
+// it with its other keys, and the next Acquire initialises it again from
+// its handle.
 //
 // Redis layout: dlock:semaphore:{name}, a sorted set of permit ids scored
 // by their expiry in milliseconds of the Redis server's clock (client
