@@ -113,10 +113,12 @@
 // The same holds for elections and semaphores. An election has at most one
 // leader at a time (its lock's holder), and a leader's context is cancelled
 // before its lock's TTL runs out after its last confirmed renewal, so before
-// another candidate can take over. A semaphore has at most n holders at a
-// time, and a holder's Permit.Done closes before its permit's TTL runs out
-// after its last confirmed renewal. The number of permits is fixed while a
-// semaphore has holders or waiters (another number is ErrInvalidArgument).
+// another candidate can take over. A semaphore has at most its size in
+// permits held at a time (a Permit of AcquireN counts n), and a holder's
+// Permit.Done closes before its permit's TTL runs out after its last
+// confirmed renewal. SetPermits changes the size; shrinking it below what
+// is held takes nothing from the holders, and new permits wait until those
+// held fall below it.
 // Semaphore permits expire by the Redis server's clock.
 //
 // # Whom it trusts

@@ -79,3 +79,39 @@ func ExampleSemaphore() {
 	fmt.Println("exporting with a permit")
 	// Output: exporting with a permit
 }
+
+func ExampleSemaphore_AcquireN() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A budget of 8 GPU slots shared by every process: a large job takes 6
+	// of them at once, and is not overtaken by small jobs that come after
+	// it.
+	gpus := locks.Semaphore("example:gpus", 8)
+	job, err := gpus.AcquireN(ctx, 6, 5*time.Second, 10*time.Minute) // a fixed lease of 10 minutes
+	if err != nil {
+		log.Fatal(err)
+	}
+	free, _ := gpus.Available(ctx)
+	fmt.Println("job holds", job.N(), "slots;", free, "free")
+
+	// More slots while the job runs: queued waiters that now fit are
+	// granted at once. Shrinking later takes nothing from the holders.
+	if err := gpus.SetPermits(ctx, 12); err != nil {
+		log.Fatal(err)
+	}
+	free, _ = gpus.Available(ctx)
+	fmt.Println(free, "free after SetPermits(12)")
+
+	_ = job.Release(ctx) // gives all 6 back at once
+	free, _ = gpus.Available(ctx)
+	fmt.Println(free, "free after Release")
+	_ = gpus.SetPermits(ctx, 8) // back to the usual budget
+	// Output:
+	// job holds 6 slots; 2 free
+	// 6 free after SetPermits(12)
+	// 12 free after Release
+}

@@ -120,7 +120,7 @@ func semLua(file string) string { return kind.Source("sem_lib.lua") + kind.Sourc
 // semKeys are the keys the semaphore scripts take.
 func semKeys(s *Semaphore) []string {
 	ks := s.p.Keys()
-	return []string{ks.Permits, ks.Size, ks.Queue}
+	return []string{ks.Permits, ks.Size, ks.Queue, ks.Seen}
 }
 
 // chanOf is the release channel m's waiters listen on.

@@ -8,8 +8,8 @@ import (
 	"github.com/dlock-dev/dlock/internal/lease"
 )
 
-// Permit is one permit of a Semaphore, held from Acquire until Release or
-// its loss. Like a lock's hold it is leased: renewed by the Client's
+// Permit is one permit of a Semaphore, or n of them (AcquireN), held from
+// the acquisition until Release or its loss. Like a lock's hold it is leased: renewed by the Client's
 // watchdog when acquired with lease <= 0, fixed otherwise, and it ends with
 // its holder (a crashed or cut-off holder's permit returns to the semaphore
 // when its TTL runs out). Done and Err tell the holder that its permit ended
@@ -20,9 +20,12 @@ type Permit struct {
 	l *lease.Lease
 }
 
-// ID returns the permit's id, "<client id>:<n>", as the semaphore's sorted
-// set has it.
-func (p *Permit) ID() string { return p.l.Owner() }
+// ID returns the permit's id as the semaphore's sorted set has it:
+// "<client id>:<n>", followed by "#<k>" for a permit of k > 1 permits.
+func (p *Permit) ID() string { return p.l.Field() }
+
+// N returns the number of permits the Permit holds (AcquireN's n).
+func (p *Permit) N() int { return p.l.Weight() }
 
 // Done returns a channel that is closed when the permit ends: by Release, or
 // by its loss (see Err).
@@ -33,7 +36,8 @@ func (p *Permit) Done() <-chan struct{} { return p.l.Done() }
 // ErrClosed or ErrLeaseEnded), or nil while it is held and after Release.
 func (p *Permit) Err() error { return p.l.Err() }
 
-// Release gives the permit back; a waiter queued for one gets it at once.
+// Release gives the permit back, all its permits at once; the queued
+// waiters that now fit get them at once.
 // The release is sent even when ctx is already done (detached, bounded by
 // the cleanup timeout): Release then returns at once with an error wrapping
 // ctx's cause while the release goes on. It returns ErrNotHeld when the

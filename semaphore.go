@@ -9,44 +9,57 @@ import (
 	"github.com/dlock-dev/dlock/internal/lease"
 )
 
-// Semaphore is a handle on a semaphore of n permits shared by every process
-// that uses the same name: at most n holders at once. Each permit is leased
+// Semaphore is a handle on a semaphore of permits shared by every process
+// that uses the same name: at most its size in permits held at once. A
+// Permit holds one permit (Acquire) or several (AcquireN). Each is leased
 // like a lock and ends with its holder (Redisson's
 // RPermitExpirableSemaphore): renewed by the Client's watchdog when acquired
-// with lease <= 0, expiring after a fixed lease otherwise, so the permit of
-// a holder that crashed or was cut off comes back when its TTL runs out.
+// with lease <= 0, expiring after a fixed lease otherwise, so the permits of
+// a holder that crashed or was cut off come back when their TTL runs out.
 //
-// Waiting is event-driven, with the Mutex's direct hand-off: a waiter queues
-// itself, and a release gives the freed permit straight to the first queued
-// waiter and wakes only that waiter's process. A released permit wakes one
-// waiter, not all of them.
+// Waiting is event-driven, with the Mutex's direct hand-off, in arrival
+// order as golang.org/x/sync/semaphore.Weighted: a waiter queues itself,
+// and a release (or SetPermits growing the size) gives the freed permits
+// straight to the queued waiters from the first one on while they fit, and
+// wakes only their processes. A waiter for many permits is not overtaken
+// by waiters for fewer that came after it.
 //
-// The number of permits is fixed while the semaphore has holders or queued
-// waiters: an Acquire asking for another number then fails with
-// ErrInvalidArgument. Once it is idle (no permit held, nobody queued) the
-// next Acquire sets the number anew.
+// The size: the number given to Client.Semaphore initialises it when the
+// semaphore does not exist in Redis yet (its first Acquire). From then on
+// only SetPermits changes it: an Acquire through a handle made with
+// another number uses the size Redis has. The size lives as long as the
+// semaphore's permits and queue, and at least four re-check intervals
+// (12s by default) after it was set (by the first Acquire or SetPermits);
+// a semaphore left idle (no permit held, nobody queued) past that forgets
+// it with its other keys, and the next Acquire initialises it again from
+// its handle.
 //
-// Redis layout: dlock:semaphore:{name}, a sorted set of permit ids
-// ("<client id>:<n>", new for every permit) scored by their expiry in
-// milliseconds of the Redis server's clock (client clocks do not matter);
-// dlock:semaphore-size:{name}, the number of permits;
-// dlock:semaphore-queue:{name}, the waiters' queue (the Mutex's entry
-// format); waiters listen on their Client's channel and on
-// dlock:semaphore-free:{name}. Every key has a TTL at least as long as the
-// longest permit (the queue: four re-check intervals, refreshed by its
-// waiters). A name with a hash tag T uses "dlock:semaphore:{T}:name".
+// Redis layout: dlock:semaphore:{name}, a sorted set of permit ids scored
+// by their expiry in milliseconds of the Redis server's clock (client
+// clocks do not matter): "<client id>:<n>", new for every permit, with
+// "#<k>" appended for a permit of k > 1 permits; dlock:semaphore-size:{name},
+// the size; dlock:semaphore-queue:{name}, the waiters' queue (the Mutex's
+// entry format, whose permit id tells how many permits each waits for);
+// dlock:semaphore-seen:{name}, a sorted set of queue entries scored by the
+// server time until which their waiter counts as alive (a first waiter
+// that does not fit and has not tried again by then is dropped, so a
+// crashed waiter for many permits cannot stall the queue). Waiters listen
+// on their Client's channel and on dlock:semaphore-free:{name}. Every key
+// has a TTL at least as long as the longest permit (the queue and its seen
+// set: four re-check intervals, refreshed by its waiters). A name with a
+// hash tag T uses "dlock:semaphore:{T}:name".
 //
 // A Semaphore is safe for concurrent use.
 type Semaphore struct {
 	hd lease.Handle
 	p  kind.Semaphore
-	n  int
 }
 
-// Semaphore returns a handle on the semaphore name of permits permits. A bad
-// name or a number below one is reported (ErrInvalidArgument) by Acquire.
+// Semaphore returns a handle on the semaphore name; permits is the size a
+// semaphore that does not exist yet gets (see Semaphore). A bad name or a
+// number below one is reported (ErrInvalidArgument) by every call.
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
-	s := &Semaphore{n: permits}
+	s := &Semaphore{}
 	if permits <= 0 {
 		s.hd.InitInvalid(c.e, name, fmt.Errorf("%w: semaphore %q needs at least one permit, got %d", ErrInvalidArgument, name, permits))
 		return s
@@ -61,35 +74,78 @@ func (c *Client) Semaphore(name string, permits int) *Semaphore {
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.hd.Name() }
 
-// Permits returns the number of permits the handle was made with.
-func (s *Semaphore) Permits() int { return s.n }
+// Permits returns the handle's number of permits: the one it was made
+// with, or the last SetPermits through it. The size in Redis may differ
+// (see Semaphore and Available).
+func (s *Semaphore) Permits() int { return s.p.Size() }
 
-// Acquire takes a permit, waiting up to wait for one: wait <= 0 makes one
-// attempt. lease > 0 makes the permit expire lease after the grant, never
-// renewed; lease <= 0 selects watchdog mode (the permit's TTL is the
-// watchdog timeout, renewed every third of it until Release).
-//
-// It returns the permit, or an error: one wrapping ErrWaitTimeout when no
-// permit came within the wait, ErrInvalidArgument for bad input (also when
-// the semaphore is live with another number of permits), ErrClosed,
-// ErrUnavailable when Redis did not answer within the wait, or ctx's cause.
-// The wait bounds the whole call, network time included, and Acquire
-// returns as soon as ctx is done; what it left in Redis (a queue entry, a
-// permit granted as it left) is undone in the background.
-// Safe for concurrent use.
+// Acquire takes a permit, waiting up to wait for one: it is AcquireN with
+// n = 1.
 func (s *Semaphore) Acquire(ctx context.Context, wait, lease time.Duration) (*Permit, error) {
-	l, err := s.hd.Acquire(ctx, permitRequest(wait, lease))
+	return s.AcquireN(ctx, 1, wait, lease)
+}
+
+// AcquireN takes n permits as one Permit, waiting up to wait for them:
+// wait <= 0 makes one attempt. Waiters are served in arrival order: n
+// permits that are free go to this call only when nobody who came before
+// it still waits. lease > 0 makes the permit expire lease after the grant,
+// never renewed; lease <= 0 selects watchdog mode (the permit's TTL is the
+// watchdog timeout, renewed every third of it until Release). Release
+// gives all n back at once.
+//
+// It returns the permit, or an error: one wrapping ErrWaitTimeout when the
+// permits did not come within the wait, ErrInvalidArgument for bad input
+// (n < 1 or above the handle's Permits, without a network call; n above
+// the size in Redis, also when SetPermits shrinks it below n while this
+// call waits), ErrClosed, ErrUnavailable when Redis did not answer within
+// the wait, or ctx's cause. The wait bounds the whole call, network time
+// included, and AcquireN returns as soon as ctx is done; what it left in
+// Redis (a queue entry, permits granted as it left) is undone in the
+// background. Safe for concurrent use.
+func (s *Semaphore) AcquireN(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+	if size := s.p.Size(); s.hd.NameErr() == nil && (n < 1 || n > size) {
+		return nil, fmt.Errorf("%w: %d permits of semaphore %q, which has %d", ErrInvalidArgument, n, s.hd.Name(), size)
+	}
+	l, err := s.hd.Acquire(ctx, permitRequest(wait, lease, n))
 	switch {
 	case err != nil:
 		return nil, err
 	case l == nil:
-		return nil, fmt.Errorf("%w: no permit of %q within %v", ErrWaitTimeout, s.hd.Name(), max(wait, 0))
+		return nil, fmt.Errorf("%w: no %d permits of %q within %v", ErrWaitTimeout, n, s.hd.Name(), max(wait, 0))
 	}
 	return &Permit{l: l}, nil
 }
 
-// permitRequest is Acquire's request: permits are not bounded by
+// permitRequest is AcquireN's request: permits are not bounded by
 // WithMaxHold.
-func permitRequest(wait, d time.Duration) lease.Request {
-	return lease.Request{Wait: wait, Lease: d, MaxHold: -1}
+func permitRequest(wait, d time.Duration, n int) lease.Request {
+	return lease.Request{Wait: wait, Lease: d, MaxHold: -1, Weight: n}
+}
+
+// SetPermits sets the semaphore's size to n while it is in use, and makes
+// n the handle's Permits. Growing it grants at once, by event, the queued
+// waiters that now fit (in arrival order). Shrinking it takes nothing from
+// the holders: new permits wait until those held fall below the new size,
+// and a waiter for more than n permits fails with ErrInvalidArgument. It
+// returns ErrInvalidArgument for n < 1 (without a network call), ErrClosed,
+// or ctx's cause once ctx is done (the change may then still happen).
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if err := s.hd.Check(ctx, 0); err != nil {
+		return err
+	}
+	if n < 1 {
+		return fmt.Errorf("%w: semaphore %q needs at least one permit, got %d", ErrInvalidArgument, s.hd.Name(), n)
+	}
+	return s.p.SetPermits(ctx, n)
+}
+
+// Available returns the free permits: the size less the permits held,
+// never below 0 (a shrunk semaphore may hold more than its size). A
+// semaphore that does not exist has the handle's Permits free. The answer
+// may be out of date as soon as it returns.
+func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	if err := s.hd.Check(ctx, 0); err != nil {
+		return 0, err
+	}
+	return s.p.Available(ctx)
 }

@@ -297,14 +297,17 @@ func TestSemaphoreIdempotentScripts(t *testing.T) {
 	if release("y:1") != 1 || release("w:1") != 1 {
 		t.Fatal("cleanup")
 	}
-	if n := rdb.Exists(ctx, s.p.Keys().Permits, s.p.Keys().Size, s.p.Keys().Queue).Val(); n != 0 {
+	if n := rdb.Exists(ctx, s.p.Keys().Permits, s.p.Keys().Queue, s.p.Keys().Seen).Val(); n != 0 {
 		t.Fatalf("%d keys left after the last release", n)
+	}
+	// The size stays, with a TTL, until it runs out.
+	if ttl := rdb.PTTL(ctx, s.p.Keys().Size).Val(); ttl <= 0 {
+		t.Fatalf("the size's TTL after the last release: %v", ttl)
 	}
 }
 
 // Bad input is refused with ErrInvalidArgument before any network call (the
-// client points at a port nobody listens on); a live semaphore's number of
-// permits is fixed until it is idle.
+// client points at a port nobody listens on).
 func TestSemaphoreBadInput(t *testing.T) {
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer dead.Close()
@@ -316,44 +319,85 @@ func TestSemaphoreBadInput(t *testing.T) {
 	ctx := ctxT(t)
 	for _, tc := range []struct {
 		name          string
-		n             int
+		n, k          int
 		lease         time.Duration
 		nilCtx        bool
 		wantErrorText string
 	}{
-		{"sem:bad", 0, 0, false, "zero permits"},
-		{"sem:bad", -1, 0, false, "negative permits"},
-		{"", 1, 0, false, "empty name"},
-		{"a}b", 1, 0, false, "bad name"},
-		{"sem:bad", 1, time.Microsecond, false, "sub-millisecond lease"},
-		{"sem:bad", 1, 0, true, "nil ctx"},
+		{"sem:bad", 0, 1, 0, false, "zero permits"},
+		{"sem:bad", -1, 1, 0, false, "negative permits"},
+		{"", 1, 1, 0, false, "empty name"},
+		{"a}b", 1, 1, 0, false, "bad name"},
+		{"sem:bad", 1, 1, time.Microsecond, false, "sub-millisecond lease"},
+		{"sem:bad", 1, 1, 0, true, "nil ctx"},
+		{"sem:bad", 3, 0, 0, false, "AcquireN(0)"},
+		{"sem:bad", 3, -2, 0, false, "AcquireN(-2)"},
+		{"sem:bad", 3, 4, 0, false, "AcquireN above the size"},
 	} {
 		actx := ctx
 		if tc.nilCtx {
 			actx = nil
 		}
-		if _, err := c.Semaphore(tc.name, tc.n).Acquire(actx, time.Second, tc.lease); !errors.Is(err, ErrInvalidArgument) {
+		start := time.Now()
+		if _, err := c.Semaphore(tc.name, tc.n).AcquireN(actx, tc.k, time.Second, tc.lease); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", tc.wantErrorText, err)
 		}
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Errorf("%s: took %v: not refused at once", tc.wantErrorText, d)
+		}
 	}
+	s := c.Semaphore("sem:bad", 3)
+	for _, n := range []int{0, -1} {
+		if err := s.SetPermits(ctx, n); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("SetPermits(%d): %v, want ErrInvalidArgument", n, err)
+		}
+	}
+	var nilCtx context.Context
+	if err := s.SetPermits(nilCtx, 2); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("SetPermits with a nil ctx: %v", err)
+	}
+	if _, err := s.Available(nilCtx); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Available with a nil ctx: %v", err)
+	}
+	if _, err := c.Semaphore("a}b", 3).Available(ctx); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Available of a bad name: %v", err)
+	}
+	if s.Permits() != 3 {
+		t.Errorf("Permits after refused SetPermits: %d", s.Permits())
+	}
+}
 
+// The size is set by the first Acquire; a handle made with another number
+// then uses it, and only SetPermits changes it.
+func TestSemaphoreSizeRule(t *testing.T) {
+	ctx := ctxT(t)
 	live := newClient(t, shared)
 	p, err := live.Semaphore("sem:size", 2).Acquire(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := live.Semaphore("sem:size", 3).Acquire(ctx, time.Second, 0); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("another number of permits while held: %v, want ErrInvalidArgument", err)
+	other := live.Semaphore("sem:size", 3)
+	if n, err := other.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("Available through a handle of 3: %d %v, want 1 (the size is 2)", n, err)
 	}
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err = live.Semaphore("sem:size", 3).Acquire(ctx, 0, 0) // idle: the number may change
+	q, err := other.Acquire(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
+	if _, err := other.Acquire(ctx, 0, 0); !errors.Is(err, ErrWaitTimeout) {
+		t.Fatalf("a third permit of two: %v, want ErrWaitTimeout", err)
+	}
+	if _, err := other.AcquireN(ctx, 3, time.Second, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("3 permits of a semaphore of 2: %v, want ErrInvalidArgument", err)
+	}
+	for _, x := range []*Permit{p, q} {
+		if err := x.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Idle, the size stays.
+	if n, err := other.Available(ctx); err != nil || n != 2 {
+		t.Fatalf("Available when idle: %d %v, want 2", n, err)
 	}
 	if err := p.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("second Release: %v, want ErrNotHeld", err)

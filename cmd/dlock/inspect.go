@@ -42,7 +42,7 @@ type holder struct {
 	Owner string `json:"owner"` // "<client id>:<owner id>", raw
 	Host  string `json:"host"`
 	PID   int    `json:"pid"`
-	Count int64  `json:"count"` // reentrant hold count
+	Count int64  `json:"count"` // reentrant hold count; a semaphore permit's number of permits
 	// TTLms is a semaphore permit's remaining lease (inspect --all only).
 	TTLms int64 `json:"ttl_ms,omitempty"`
 	// HeldForMs and Renewals describe a hold the watchdog renewed: how
@@ -91,9 +91,11 @@ Redis (every master of a Cluster), found with SCAN in pages (never KEYS):
 held ones and ones whose fencing counter is alive. --match keeps the names
 matching a Redis glob pattern. Each entry says its type ("lock", "election",
 "semaphore"), its holders with their TTLs, and its waiters: an election's
-leader value and waiting candidates, a semaphore's permits, each holder's
-permit and the queued waiters. With --json each object also has "type",
-"leader" and "permits", and a semaphore holder has "ttl_ms".
+leader value and waiting candidates, a semaphore's size and permits taken,
+each holder's permit with how many permits it holds (its "count"; a permit
+of AcquireN(k) has an id ending in "#k") and the queued waiters. With --json
+each object also has "type", "leader" and "permits" (the size), and a
+semaphore holder has "ttl_ms".
 
 Exit codes: 0 done, 1 a NAME is not a lock (another Redis type) or another
 failure, 2 bad arguments, 69 Redis unreachable.`,

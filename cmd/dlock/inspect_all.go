@@ -16,7 +16,7 @@ type listedState struct {
 	Type string `json:"type"` // "lock", "election" or "semaphore"
 	lockState
 	Leader  string `json:"leader"`  // an election's leader value
-	Permits int    `json:"permits"` // a semaphore's number of permits
+	Permits int    `json:"permits"` // a semaphore's number of permits (its size)
 }
 
 // inspectAll lists everything Client.Locks finds.
@@ -76,9 +76,13 @@ func printListed(w io.Writer, st listedState) {
 			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
 		}
 	case dlock.TypeSemaphore:
-		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken\n", displayName(st.Name), len(st.Holders), st.Permits)
+		taken := int64(0)
 		for _, h := range st.Holders {
-			fmt.Fprintf(w, "  permit  %s  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), time.Duration(h.TTLms)*time.Millisecond, h.Owner)
+			taken += h.Count
+		}
+		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken\n", displayName(st.Name), taken, st.Permits)
+		for _, h := range st.Holders {
+			fmt.Fprintf(w, "  permit  %s  x%d  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), h.Count, time.Duration(h.TTLms)*time.Millisecond, h.Owner)
 		}
 		for _, q := range st.Waiters {
 			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)

@@ -29,6 +29,11 @@ func TestInspectAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx)
+	p3, err := c.Semaphore("all:sem", 3).AcquireN(ctx, 2, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Release(ctx)
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +43,9 @@ func TestInspectAll(t *testing.T) {
 	for _, want := range []string{
 		`election all:leader: leader "host-a", expires in`,
 		"lock all:mutex: locked, expires in",
-		"semaphore all:sem: 1 of 3 permits taken",
-		"  permit  ", "(id " + p.ID() + ")",
+		"semaphore all:sem: 3 of 3 permits taken",
+		"  x1  expires in", "(id " + p.ID() + ")",
+		"  x2  expires in", "(id " + p3.ID() + ")",
 	} {
 		if !strings.Contains(res.stdout, want) {
 			t.Fatalf("inspect --all lacks %q:\n%s", want, res.stdout)
@@ -58,9 +64,13 @@ func TestInspectAll(t *testing.T) {
 	var got []listedState
 	decodeStrict(t, res.stdout, &got, "type", "name", "locked", "kind", "mode", "holders", "ttl_ms", "token",
 		"waiters", "waiting_writers", "leader", "permits")
-	if len(got) != 1 || got[0].Type != "semaphore" || got[0].Permits != 3 || len(got[0].Holders) != 1 ||
-		got[0].Holders[0].Owner != p.ID() || got[0].Holders[0].TTLms <= 0 {
+	if len(got) != 1 || got[0].Type != "semaphore" || got[0].Permits != 3 || len(got[0].Holders) != 2 {
 		t.Fatalf("--match all:s* --json: %+v", got)
+	}
+	for _, h := range got[0].Holders {
+		if want := map[string]int64{p.ID(): 1, p3.ID(): 2}[h.Owner]; h.Count != want || h.TTLms <= 0 {
+			t.Fatalf("--match all:s* --json: holder %+v, want count %d", h, want)
+		}
 	}
 
 	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "all:mutex")

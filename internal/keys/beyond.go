@@ -16,7 +16,48 @@ const (
 	SemaphoreSizePrefix   = "dlock:semaphore-size"   // string: the number of permits
 	SemaphoreQueuePrefix  = "dlock:semaphore-queue"  // list of QueueEntry: waiters, first first
 	SemaphoreFreePrefix   = "dlock:semaphore-free"   // channel: "0" when a permit is freed with nobody queued
+	SemaphoreSeenPrefix   = "dlock:semaphore-seen"   // sorted set: queue entry -> until when its waiter is alive (server ms)
 )
+
+// PermitID is the member of a semaphore's sorted set for a permit of n
+// permits taken by owner ("<client id>:<n>"): the owner itself for one
+// permit, "<owner>#<n>" for more. sem_lib.lua's weight reads it back; as a
+// queue entry's field it tells the scripts how many permits the waiter
+// needs.
+func PermitID(owner string, n int) string {
+	if n <= 1 {
+		return owner
+	}
+	return owner + "#" + strconv.Itoa(n)
+}
+
+// PermitWeight reverses PermitID: the number of permits a member holds
+// (1 when it has no "#<n>" after the owner's ":<n>").
+func PermitWeight(id string) int {
+	i := strings.LastIndexByte(id, '#')
+	if i < 0 {
+		return 1
+	}
+	j := strings.LastIndexByte(id[:i], ':')
+	if j < 0 || !digits(id[j+1:i]) || !digits(id[i+1:]) {
+		return 1
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// digits reports whether s is a non-empty run of ASCII digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // LeaderField is the field of an election's lock hash that holds the
 // leader's "<token> <value>" (LeaderValue). It cannot be an owner field:
@@ -40,9 +81,10 @@ func Election(name string) ElectionSet {
 
 // SemaphoreSet holds the names of one semaphore.
 type SemaphoreSet struct {
-	Permits string // sorted set: permit id "<client id>:<n>" scored by its expiry, server clock in ms
-	Size    string // the configured number of permits, fixed while the semaphore has holders or waiters
+	Permits string // sorted set: PermitID scored by its expiry, server clock in ms
+	Size    string // the number of permits (set by the first Acquire, then by SetPermits)
 	Queue   string // waiters for a direct grant, QueueEntry format, first first
+	Seen    string // sorted set: queue entry -> until when its waiter is alive, server clock in ms
 	Free    string // channel: "0" when a permit is freed and nobody is queued
 }
 
@@ -53,6 +95,7 @@ func Semaphore(name string) SemaphoreSet {
 		Permits: Companion(SemaphorePrefix, name),
 		Size:    Companion(SemaphoreSizePrefix, name),
 		Queue:   Companion(SemaphoreQueuePrefix, name),
+		Seen:    Companion(SemaphoreSeenPrefix, name),
 		Free:    Companion(SemaphoreFreePrefix, name),
 	}
 }

@@ -147,3 +147,29 @@ func TestForMutexAgreesWithFor(t *testing.T) {
 		t.Errorf("ForMutex allocates %v times, want once", n)
 	}
 }
+
+func TestPermitID(t *testing.T) {
+	for _, tc := range []struct {
+		owner string
+		n     int
+		id    string
+	}{
+		{"h/1/abc:7", 1, "h/1/abc:7"},
+		{"h/1/abc:7", 3, "h/1/abc:7#3"},
+		{"x:1#2:5", 1, "x:1#2:5"}, // a client id with '#' in it
+		{"x:1#2:5", 12, "x:1#2:5#12"},
+	} {
+		id := PermitID(tc.owner, tc.n)
+		if id != tc.id {
+			t.Errorf("PermitID(%q, %d) = %q, want %q", tc.owner, tc.n, id, tc.id)
+		}
+		if n := PermitWeight(id); n != tc.n {
+			t.Errorf("PermitWeight(%q) = %d, want %d", id, n, tc.n)
+		}
+	}
+	for _, id := range []string{"", "#3", "a#3", "a:#3", "a:1#", "a:1#x", "a:1#0", "a:b#3"} {
+		if n := PermitWeight(id); n != 1 {
+			t.Errorf("PermitWeight(%q) = %d, want 1", id, n)
+		}
+	}
+}

@@ -40,13 +40,17 @@ type LockInfo struct {
 	WaitingWriters int
 	// Leader is an election's leader value ("" when nobody leads).
 	Leader string
-	// Permits is a semaphore's number of permits.
+	// Permits is a semaphore's number of permits (its size).
 	Permits int
 }
 
 // Holder is one owner of a lock and its reentrant hold count.
 type Holder struct {
-	Owner string // "<client id>:<n>"; an RWMutex writer ends in ":write"
+	// Owner is "<client id>:<n>"; an RWMutex writer ends in ":write", a
+	// semaphore permit of k > 1 permits in "#<k>" (its permit id).
+	Owner string
+	// Count is the reentrant hold count; a semaphore permit's number of
+	// permits.
 	Count int64
 	// TTL is a semaphore permit's remaining lease; 0 for lock holders
 	// (LockInfo.TTL is the lock's).
@@ -202,7 +206,7 @@ func inspectSemaphore(ctx context.Context, e *lease.Engine, name string) (LockIn
 		}
 		owner, _ := z.Member.(string)
 		host, pid, _ := keys.ParseClientID(owner)
-		info.Holders = append(info.Holders, Holder{Owner: owner, Count: 1, TTL: left, Host: host, PID: pid})
+		info.Holders = append(info.Holders, Holder{Owner: owner, Count: int64(keys.PermitWeight(owner)), TTL: left, Host: host, PID: pid})
 	}
 	info.Locked = len(info.Holders) > 0
 	if d := pttl.Val(); info.Locked && d > 0 {

@@ -69,7 +69,7 @@ func (p *Mutex) Key() string { return p.ks.Lock }
 func (p *Mutex) Shared() bool { return false }
 
 // Fields implements lease.Protocol.
-func (p *Mutex) Fields(owner string) (string, string) { return owner, "" }
+func (p *Mutex) Fields(owner string, _ int) (string, string) { return owner, "" }
 
 // Attempt implements lease.Protocol with acquire.lua.
 func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Queueing) *wire.Call {

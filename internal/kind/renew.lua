@@ -9,7 +9,8 @@
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
 --       hash lives at least that long; other readers' deadlines are untouched;
 --   's' a semaphore permit: KEYS[4i-3] is the permits' sorted set and
---       KEYS[4i-2] the size key (sem_lib.lua's layout); the permit's expiry
+--       KEYS[4i-2] the size key (sem_lib.lua's layout), ARGV[i] the permit
+--       id (which carries its number of permits); the permit's expiry
 --       moves to now+ttl (server clock) and both keys live at least that long.
 --       A permit that is gone or has expired answers GONE.
 -- A lock hold renewed is a long hold: its record (field = owner, value =

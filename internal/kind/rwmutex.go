@@ -129,7 +129,7 @@ func (w *Write) Shared() bool { return false }
 
 // Fields implements lease.Protocol: the write field is the owner's with
 // ":write".
-func (w *Write) Fields(owner string) (string, string) { return owner + ":write", "" }
+func (w *Write) Fields(owner string, _ int) (string, string) { return owner + ":write", "" }
 
 // Attempt implements lease.Protocol with rwlock.lua.
 func (w *Write) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Queueing) *wire.Call {
@@ -187,7 +187,7 @@ func (r *Read) Shared() bool { return true }
 
 // Fields implements lease.Protocol: the read field is the owner; the extra
 // argument is its would-be write field, for rlock.lua's downgrade check.
-func (r *Read) Fields(owner string) (string, string) { return owner, owner + ":write" }
+func (r *Read) Fields(owner string, _ int) (string, string) { return owner, owner + ":write" }
 
 // Attempt implements lease.Protocol with rlock.lua.
 func (r *Read) Attempt(l *lease.Lease, ttl time.Duration, count int, _ lease.Queueing) *wire.Call {

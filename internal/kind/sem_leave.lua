@@ -1,16 +1,22 @@
 -- sem_leave: a waiter gives up. It leaves the queue; if it is no longer
 -- there because a permit was just handed to it (or its attempt was granted
--- and the reply lost), it gives the permit back to the next waiter.
+-- and the reply lost), it gives the permit back to the waiters that fit.
 -- ARGV[1] queue entry ('' = none), ARGV[2] permit id, ARGV[3] claim window ms.
 -- Returns 1 when a permit had to be given back, else 0.
-if ARGV[1] ~= '' and redis.call('lrem', KEYS[3], 1, ARGV[1]) == 1 then return 0 end
+if ARGV[1] ~= '' then
+  redis.call('zrem', KEYS[4], ARGV[1])
+  if redis.call('lrem', KEYS[3], 1, ARGV[1]) == 1 then
+    -- Leaving the head may let the waiters behind it in.
+    local now = now_ms()
+    reap(now)
+    local size = tonumber(redis.call('get', KEYS[2]) or '0')
+    if size > 0 then grant_queued(now, size, held_weight(), ARGV[3], nil) end
+    return 0
+  end
+end
 if redis.call('zrem', KEYS[1], ARGV[2]) == 0 then return 0 end
 local now = now_ms()
 reap(now)
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
-local held = redis.call('zcard', KEYS[1])
-if size > 0 then held = select(2, grant_queued(now, size, held, ARGV[3], nil)) end
-if held == 0 and redis.call('exists', KEYS[3]) == 0 then
-  redis.call('del', KEYS[2])
-end
+if size > 0 then grant_queued(now, size, held_weight(), ARGV[3], nil) end
 return 1

@@ -4,7 +4,10 @@
 --   KEYS[1] permits  dlock:semaphore:{name}: permit id -> expiry, server clock in ms
 --   KEYS[2] size     dlock:semaphore-size:{name}: the number of permits
 --   KEYS[3] queue    dlock:semaphore-queue:{name}: waiters, first first
--- A permit id is "<client id>:<n>"; a queue entry is "<ticket> <ttl ms> <permit id>"
+--   KEYS[4] seen     dlock:semaphore-seen:{name}: queue entry -> until when its
+--                    waiter is alive (its last attempt plus the queue TTL), server ms
+-- A permit id is "<client id>:<n>" for one permit and "<client id>:<n>#<k>" for
+-- k of them (keys.PermitID); a queue entry is "<ticket> <ttl ms> <permit id>"
 -- (keys.QueueEntry), and a waiter's client listens on dlock:client:<client id>
 -- for "<ticket> <token> <ttl ms>" (keys.HandoffTicket; permits carry token 0).
 
@@ -20,6 +23,20 @@ local function keep(key, ttl)
   if redis.call('pttl', key) < ttl then redis.call('pexpire', key, ttl) end
 end
 
+-- weight is the number of permits a permit id holds (keys.PermitWeight).
+local function weight(id)
+  local k = tonumber(string.match(id, ':%d+#(%d+)$') or '1')
+  if k < 1 then return 1 end
+  return k
+end
+
+-- held_weight is the number of permits held: the sum of the weights.
+local function held_weight()
+  local held = 0
+  for _, id in ipairs(redis.call('zrange', KEYS[1], 0, -1)) do held = held + weight(id) end
+  return held
+end
+
 -- add_permit grants permit id for ttl ms; the permits and the size live at
 -- least as long as it.
 local function add_permit(now, id, ttl)
@@ -28,29 +45,50 @@ local function add_permit(now, id, ttl)
   keep(KEYS[2], ttl)
 end
 
--- grant_queued gives free permits to queued waiters, first first: each gets
--- its permit for the claim window (a waiter that died before its turn must
--- not keep it for a whole lease; a live one extends it as soon as it runs)
--- and its client is woken on its client channel (its next attempt confirms). Only as many waiters as
--- there are free permits are told: a release wakes one waiter. held is the
--- number of permits held. Returns whether it reached self (the caller's own
--- entry, which it leaves to the caller), the number held afterwards, and
--- whether it emptied the queue.
+-- leave_queue takes entry e (the queue's head when head) out of the queue.
+local function leave_queue(e, head)
+  if head then redis.call('lpop', KEYS[3]) else redis.call('lrem', KEYS[3], 0, e) end
+  redis.call('zrem', KEYS[4], e)
+end
+
+-- grant_queued gives free permits to queued waiters, first first, while
+-- the first one fits (arrival order, as golang.org/x/sync/semaphore: a
+-- waiter for many is not overtaken by later waiters for few). Each gets
+-- its permits for the claim window (a waiter that died before its turn must
+-- not keep them for a whole lease; a live one extends them as soon as it
+-- runs) and its client is woken on its client channel (its next attempt
+-- confirms). Only the waiters granted are told. A first waiter that needs
+-- more than the size, or whose seen deadline passed (it died, or left with
+-- its entry behind), leaves the queue and is woken: its next attempt, if
+-- any, decides. held is the number of permits held. Returns whether it
+-- reached self (the caller's own entry, which it leaves to the caller: a
+-- fit, taken out of the queue), the number held afterwards, and whether a
+-- waiter that does not fit is left first in the queue.
 local function grant_queued(now, size, held, claim_ms, self)
-  while held < size do
-    local e = redis.call('lpop', KEYS[3])
-    if not e then return false, held, true end
-    if e == self then return true, held, false end
+  while true do
+    local e = redis.call('lindex', KEYS[3], 0)
+    if not e then return false, held, false end
     local ticket, ttl, id = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = id and string.match(id, '^(.*):')
-    if cid and not redis.call('zscore', KEYS[1], id) then
-      local claim = math.min(tonumber(ttl), tonumber(claim_ms))
-      add_permit(now, id, claim)
-      held = held + 1
-      redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
+    local w = cid and weight(id) or size + 1
+    if w <= size and held + w > size then
+      if e == self or tonumber(redis.call('zscore', KEYS[4], e) or '0') > now then
+        return false, held, true
+      end
+    end
+    leave_queue(e, true)
+    if w <= size and held + w <= size then
+      if e == self then return true, held, false end
+      if not redis.call('zscore', KEYS[1], id) then
+        local claim = math.min(tonumber(ttl), tonumber(claim_ms))
+        add_permit(now, id, claim)
+        held = held + w
+        redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
+      end
+    elseif cid then
+      redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 0')
     end
   end
-  return false, held, false
 end
 
 -- reap drops expired permits (their holders crashed or were cut off).

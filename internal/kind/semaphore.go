@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,24 +24,31 @@ var (
 	luaSemRelease string
 	//go:embed sem_leave.lua
 	luaSemLeave string
+	//go:embed sem_resize.lua
+	luaSemResize string
+	//go:embed sem_available.lua
+	luaSemAvailable string
 
-	scriptSemAcquire = script(luaSemLib + luaSemAcquire)
-	scriptSemRelease = script(luaSemLib + luaSemRelease)
-	scriptSemLeave   = script(luaSemLib + luaSemLeave)
+	scriptSemAcquire   = script(luaSemLib + luaSemAcquire)
+	scriptSemRelease   = script(luaSemLib + luaSemRelease)
+	scriptSemLeave     = script(luaSemLib + luaSemLeave)
+	scriptSemResize    = script(luaSemLib + luaSemResize)
+	scriptSemAvailable = script(luaSemLib + luaSemAvailable)
 )
 
-// semMismatch is sem_acquire.lua's answer when the semaphore is live with
-// another number of permits.
-const semMismatch = -3
+// semTooMany is sem_acquire.lua's answer when a permit asks for more
+// permits than the semaphore has.
+const semTooMany = -3
 
 // Semaphore is the protocol of a semaphore's permits (Redisson's
 // RPermitExpirableSemaphore, with dlock's queue for a direct hand-off). A
-// permit is a lease whose owner id is the permit id. One Semaphore serves
-// one handle.
+// permit is a lease whose field is its permit id: the owner, with the
+// lease's weight (its number of permits) appended when more than one
+// (keys.PermitID). One Semaphore serves one handle.
 type Semaphore struct {
 	e    *lease.Engine
 	name string
-	n    int
+	n    atomic.Int64 // the size the handle gives a semaphore that does not exist yet
 	ks   keys.SemaphoreSet
 	keys []any
 }
@@ -48,10 +56,15 @@ type Semaphore struct {
 // Init prepares p for the semaphore name of n permits on e. name must be
 // valid and n positive.
 func (p *Semaphore) Init(e *lease.Engine, name string, n int) {
-	p.e, p.name, p.n = e, name, n
+	p.e, p.name = e, name
+	p.n.Store(int64(n))
 	p.ks = keys.Semaphore(name)
-	p.keys = []any{p.ks.Permits, p.ks.Size, p.ks.Queue}
+	p.keys = []any{p.ks.Permits, p.ks.Size, p.ks.Queue, p.ks.Seen}
 }
+
+// Size is the handle's size: the one it was made with, or the last one it
+// set (SetPermits).
+func (p *Semaphore) Size() int { return int(p.n.Load()) }
 
 // Keys returns the semaphore's keys.
 func (p *Semaphore) Keys() *keys.SemaphoreSet { return &p.ks }
@@ -65,18 +78,20 @@ func (p *Semaphore) Key() string { return p.ks.Permits }
 // Shared implements lease.Protocol: one handle takes many permits at once.
 func (p *Semaphore) Shared() bool { return true }
 
-// Fields implements lease.Protocol: the permit id is the owner.
-func (p *Semaphore) Fields(owner string) (string, string) { return owner, "" }
+// Fields implements lease.Protocol: the permit id is the owner and, for
+// more than one permit, their number.
+func (p *Semaphore) Fields(owner string, n int) (string, string) { return keys.PermitID(owner, n), "" }
 
 // Attempt implements lease.Protocol with sem_acquire.lua. Permits are not
 // reentrant: count is always 0.
 func (p *Semaphore) Attempt(l *lease.Lease, ttl time.Duration, _ int, q lease.Queueing) *wire.Call {
 	a := &p.e.Args
-	return wire.NewCall(scriptSemAcquire.Cmd(p.keys, l.FieldArg(), p.n, lease.Ms(ttl), q.Entry, a.QueueTTLMs, a.ClaimMs), scriptSemAcquire)
+	return wire.NewCall(scriptSemAcquire.Cmd(p.keys, l.FieldArg(), p.n.Load(), lease.Ms(ttl), q.Entry, a.QueueTTLMs, a.ClaimMs), scriptSemAcquire)
 }
 
 // AttemptReply implements lease.Protocol: {1, ttl} held, {0, ms until the
-// first permit expires (-1: none)}, {-3, size} another number of permits.
+// first permit expires (-1: none)}, {-3, size} more permits asked for
+// than the semaphore has.
 func (p *Semaphore) AttemptReply(cmd redis.Cmder, _ int) (lease.Reply, error) {
 	var buf [2]int64
 	v, err := ints(cmd.(*redis.Cmd), buf[:])
@@ -89,9 +104,9 @@ func (p *Semaphore) AttemptReply(cmd redis.Cmder, _ int) (lease.Reply, error) {
 		return lease.Reply{Wait: time.Duration(v[1])*time.Millisecond + time.Millisecond}, nil
 	case len(v) == 2 && v[0] == 0:
 		return lease.Reply{Wait: -1}, nil
-	case len(v) == 2 && v[0] == semMismatch:
-		return lease.Reply{}, fmt.Errorf("%w: semaphore %q has %d permits while it has holders or waiters, not %d",
-			lease.ErrInvalidArgument, p.name, v[1], p.n)
+	case len(v) == 2 && v[0] == semTooMany:
+		return lease.Reply{}, fmt.Errorf("%w: semaphore %q has %d permits, fewer than asked for",
+			lease.ErrInvalidArgument, p.name, v[1])
 	}
 	return lease.Reply{}, fmt.Errorf("dlock: unexpected semaphore reply %v", v)
 }
@@ -136,4 +151,30 @@ func (p *Semaphore) Entry(ticket uint64, ttl time.Duration, l *lease.Lease) stri
 // Renewal implements lease.Protocol: a permit's expiry in the sorted set.
 func (p *Semaphore) Renewal(l *lease.Lease) renew.Entry {
 	return renew.Entry{Key: p.ks.Permits, Set: p.ks.Size, Field: l.Field(), Kind: 's'}
+}
+
+// SetPermits sets the semaphore's size to n (positive) with sem_resize.lua,
+// and makes n the handle's size.
+func (p *Semaphore) SetPermits(ctx context.Context, n int) error {
+	a := &p.e.Args
+	if err := scriptSemResize.Run(ctx, p.e.Wire, p.keys, n, a.QueueTTLMs, a.ClaimMs).Err(); err != nil {
+		return p.e.WrapClosed(err)
+	}
+	p.n.Store(int64(n))
+	return nil
+}
+
+// Available returns the semaphore's free permits (never below 0) with
+// sem_available.lua: its size, or the handle's when it does not exist,
+// less the permits held.
+func (p *Semaphore) Available(ctx context.Context) (int, error) {
+	var buf [2]int64
+	v, err := ints(scriptSemAvailable.Run(ctx, p.e.Wire, p.keys, p.n.Load()), buf[:])
+	switch {
+	case err != nil:
+		return 0, p.e.WrapClosed(err)
+	case len(v) != 2:
+		return 0, fmt.Errorf("dlock: unexpected semaphore reply %v", v)
+	}
+	return int(max(v[0]-v[1], 0)), nil
 }

@@ -17,6 +17,9 @@ type Request struct {
 	Wait, Lease time.Duration
 	Forever     bool          // wait as long as ctx allows
 	MaxHold     time.Duration // 0: the engine's default; < 0: unbounded
+	// Weight is how many units the lease takes (a semaphore's permits);
+	// 0 means 1.
+	Weight int
 }
 
 // Acquire is every acquisition through a handle: a re-entry when ctx
@@ -57,7 +60,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 		a.timedOut = a.canWait
 		return nil, nil
 	}
-	a.h = newLease(hd, under)
+	a.h = newLease(hd, under, max(req.Weight, 1))
 	a.h.parent, a.h.maxHold = ctx, req.MaxHold
 	if a.h.maxHold == 0 {
 		a.h.maxHold = hd.e.Cfg.MaxHold

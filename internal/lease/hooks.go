@@ -17,7 +17,7 @@ func (hd *Handle) TestLease(ctx context.Context, enter bool) (*Lease, bool) {
 			return nil, false
 		}
 	}
-	return newLease(hd, nil), true
+	return newLease(hd, nil, 1), true
 }
 
 // TestAttempt sends one attempt for h and decodes its reply, with nothing

@@ -23,9 +23,10 @@ type Lease struct {
 	p    Protocol
 	name string
 
-	owner string // "<client id>:<n>"
-	field string // the owner's field in Redis (Protocol.Fields)
-	extra string // the kind's extra argument (Protocol.Fields)
+	owner  string // "<client id>:<n>"
+	field  string // the owner's field in Redis (Protocol.Fields)
+	extra  string // the kind's extra argument (Protocol.Fields)
+	weight int    // the units the lease takes (Request.Weight), at least 1
 	// The three above as script arguments: pointers, boxed without
 	// allocating (go-redis writes a *string as the string).
 	ownerArg, fieldArg, extraArg any
@@ -89,14 +90,14 @@ func isRedisError(err error) bool {
 
 // newLease prepares a lease of hd with a new owner; outer, when not nil, is
 // a lease of the same owner it is taken under (a write hold downgrading).
-func newLease(hd *Handle, outer *Lease) *Lease {
-	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1}
+func newLease(hd *Handle, outer *Lease, weight int) *Lease {
+	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1, weight: weight}
 	if outer != nil {
 		h.owner = outer.owner
 	} else {
 		h.owner = hd.e.newOwner()
 	}
-	h.field, h.extra = hd.p.Fields(h.owner)
+	h.field, h.extra = hd.p.Fields(h.owner, weight)
 	h.ownerArg, h.fieldArg, h.extraArg = &h.owner, &h.field, &h.extra
 	return h
 }
@@ -119,6 +120,9 @@ func (h *Lease) FieldArg() any { return h.fieldArg }
 
 // ExtraArg: see OwnerArg.
 func (h *Lease) ExtraArg() any { return h.extraArg }
+
+// Weight returns the units the lease takes: a semaphore's permits, else 1.
+func (h *Lease) Weight() int { return h.weight }
 
 // Token returns the lease's fencing token (0 for a permit).
 func (h *Lease) Token() uint64 { return h.token }

@@ -25,8 +25,9 @@ type Protocol interface {
 	// permits) instead of one at a time.
 	Shared() bool
 	// Fields returns the owner's field in Redis and the kind's extra
-	// argument (a reader's would-be write field), for a new owner.
-	Fields(owner string) (field, extra string)
+	// argument (a reader's would-be write field), for a new owner taking
+	// weight units (Request.Weight: a semaphore's permits; 1 elsewhere).
+	Fields(owner string, weight int) (field, extra string)
 	// Attempt builds one try at a new hold (count 0) or a re-entry (count >
 	// 0); AttemptReply decodes its reply.
 	Attempt(l *Lease, ttl time.Duration, count int, q Queueing) *wire.Call
