@@ -136,14 +136,23 @@ func (h *Hub) Ready() bool {
 // the client channel) when needed. It returns once the client channel is
 // confirmed, or with ctx's error. The caller must call Leave exactly once.
 func (h *Hub) Join(ctx context.Context, lockChannel string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, false)
+	return h.join(ctx, lockChannel, exclusive)
 }
 
 // JoinShared is Join for a waiter that can share the lock with others of its
 // kind (a reader): a "0" on the channel wakes one exclusive waiter when there
 // is one, and every shared waiter only when there is none.
 func (h *Hub) JoinShared(ctx context.Context, lockChannel string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, true)
+	return h.join(ctx, lockChannel, shared)
+}
+
+// JoinAll is Join for a waiter that every message on channel wakes, whatever
+// it says (a latch's waiter: a count that reached zero concerns them all).
+// It is also woken when channel's subscription is confirmed, the first one
+// included: a waiter that read Redis after JoinAll returned and before that
+// confirmation may have missed a message, and reads again.
+func (h *Hub) JoinAll(ctx context.Context, channel string) (*Waiter, error) {
+	return h.join(ctx, channel, every)
 }
 
 // Listen subscribes the client channel, in the background, if nothing has
@@ -177,7 +186,7 @@ func (h *Hub) start() []string {
 	return []string{h.clientChannel}
 }
 
-func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waiter, error) {
+func (h *Hub) join(ctx context.Context, lockChannel string, m mode) (*Waiter, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -199,7 +208,7 @@ func (h *Hub) join(ctx context.Context, lockChannel string, shared bool) (*Waite
 	if h.nextTicket == 0 {
 		h.nextTicket = 1 // 0 is the ticket of waiters that poll
 	}
-	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, shared: shared, C: make(chan struct{}, 1)}
+	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, mode: m, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
 	if len(subscribe) > 0 {
@@ -428,8 +437,11 @@ func (h *Hub) confirmed(name string, again bool) {
 			restored = true
 		}
 	} else if ch := h.chans[name]; ch != nil {
-		if ch.confirmed || again {
-			for _, w := range ch.waiters {
+		// Resubscribed: every waiter re-checks. Subscribed for the first
+		// time: those that hear every message do.
+		again = again || ch.confirmed
+		for _, w := range ch.waiters {
+			if again || w.mode == every {
 				w.wake()
 			}
 		}
@@ -462,40 +474,52 @@ func (h *Hub) dispatch(name, payload string) {
 		}
 		return
 	}
-	ch := h.chans[name]
-	if ch == nil {
-		return
+	if ch := h.chans[name]; ch != nil {
+		ch.dispatch(payload)
+	}
+}
+
+// dispatch wakes ch's waiters for a message: every waiter that hears all
+// messages (JoinAll), and the others as the payload says. The caller holds
+// the Hub's mu.
+func (ch *channel) dispatch(payload string) {
+	for _, w := range ch.waiters {
+		if w.mode == every {
+			w.wake()
+		}
 	}
 	switch payload {
 	case "0": // one holder released: one local waiter may proceed
-		exclusive := false
+		found := false
 		for _, w := range ch.waiters {
-			if w.shared {
+			if w.mode != exclusive {
 				continue
 			}
-			exclusive = true
+			found = true
 			if w.wake() {
 				return
 			}
 		}
-		if exclusive {
+		if found {
 			return
 		}
 		// Only waiters that share: they may all proceed together.
 		for _, w := range ch.waiters {
-			w.wake()
+			if w.mode == shared {
+				w.wake()
+			}
 		}
 	case "1":
 		// Read holds released: every local waiter may proceed, on a
 		// read-write lock's channel (where readers wait). Elsewhere nothing
 		// real sends "1", and one forged message must not wake every
 		// waiter: it wakes one, as "0" does.
-		shared := false
+		readers := false
 		for _, w := range ch.waiters {
-			shared = shared || w.shared
+			readers = readers || w.mode == shared
 		}
 		for _, w := range ch.waiters {
-			if w.wake() && !shared {
+			if w.mode != every && w.wake() && !readers {
 				return
 			}
 		}

@@ -16,13 +16,22 @@ type Waiter struct {
 	C chan struct{}
 
 	channel string
-	shared  bool // a reader: see JoinShared
+	mode    mode
 	left    bool // guarded by the Hub's mu
 
 	mu     sync.Mutex
 	retry  bool
 	closed bool
 }
+
+// mode is which messages on its channel wake a waiter.
+type mode uint8
+
+const (
+	exclusive mode = iota // Join: a "0" wakes one exclusive waiter
+	shared                // JoinShared: a reader
+	every                 // JoinAll: every message wakes it
+)
 
 // Event is what happened to a waiter since the last Take.
 type Event struct {
