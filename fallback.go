@@ -165,7 +165,7 @@ type tiers struct {
 func newTiers(c *Client) *tiers {
 	t := &tiers{c: c, f: c.cfg.fallback, cfg: c.cfg.fallbackCfg}
 	if t.cfg.breaker == nil {
-		t.cfg.breaker = tier.NewBreaker(5, 5*time.Second, c.observeBreaker)
+		t.cfg.breaker = tier.NewBreaker(5, 5*time.Second, c.e.ObserveBreaker)
 	}
 	if t.cfg.quarantine == 0 {
 		t.cfg.quarantine = c.cfg.Watchdog + lease.DriftMargin(c.cfg.Watchdog)
@@ -205,7 +205,7 @@ func (t *tiers) withLock(ctx context.Context, req FallbackRequest, fn func(conte
 	if err := t.mayFallBack(ctx, start.Add(req.Wait)); err != nil {
 		return errors.Join(reason, err)
 	}
-	t.c.observeFallback(req.Kind, req.Name, reason)
+	t.c.e.ObserveFallback(req.Kind, req.Name, t.f.Backend(), reason)
 	return t.onFallback(ctx, req, start, fn)
 }
 
@@ -245,16 +245,14 @@ func (t *tiers) onFallback(ctx context.Context, req FallbackRequest, start time.
 	freq := req
 	freq.Wait = max(req.Wait-time.Since(start), 0)
 	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
-	finish := t.c.observeAcquire(ctx, req.Kind, req.Name)
+	finish := t.c.e.ObserveAcquire(ctx, req.Kind, req.Name)
 	granted := false
 	err := t.f.Run(ctx, freq, func(fctx context.Context) error {
 		granted = true
-		if finish != nil {
-			finish(Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
-		}
+		finish(Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.f.Backend()})
 		return fn(fctx)
 	})
-	if !granted && finish != nil {
+	if !granted {
 		a := Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.f.Backend()}
 		if errors.Is(err, ErrWaitTimeout) {
 			a.TimedOut, a.Err = true, nil
@@ -357,53 +355,5 @@ func FallbackReason(err error) string { return tier.Reason(err) }
 func (t *tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
 	if err := kind.RaiseFence(ctx, t.c.e, name, tok); err != nil {
 		t.c.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
-	}
-}
-
-func (c *Client) observeFallback(kind Kind, name string, reason error) {
-	c.cfg.Logger.Warn("dlock: falling back", "name", name, "backend", c.fallback.f.Backend(), "reason", reason)
-	for _, o := range c.cfg.Observers {
-		o.FellBack(kind, name, c.fallback.f.Backend(), reason)
-	}
-}
-
-func (c *Client) observeBreaker(state string) {
-	c.cfg.Logger.Warn("dlock: circuit breaker", "state", state)
-	for _, o := range c.cfg.Observers {
-		o.BreakerChanged(state)
-	}
-}
-
-// observeAcquire starts the observers' report of a fallback acquisition; it
-// returns nil without observers.
-func (c *Client) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
-	var fs []func(Acquisition)
-	for _, o := range c.cfg.Observers {
-		if f := o.AcquireStarted(ctx, kind, name); f != nil {
-			fs = append(fs, f)
-		}
-	}
-	if len(fs) == 0 {
-		return nil
-	}
-	return func(a Acquisition) {
-		for _, f := range fs {
-			f(a)
-		}
-	}
-}
-
-// observeRelease starts the observers' report of a release.
-func (c *Client) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
-	var fs []func(Release)
-	for _, o := range c.cfg.Observers {
-		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
-			fs = append(fs, f)
-		}
-	}
-	return func(r Release) {
-		for _, f := range fs {
-			f(r)
-		}
 	}
 }

@@ -124,7 +124,7 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration, forever bool) (ok bool, err error) {
 	start := time.Now()
 	if len(ml.c.cfg.Observers) > 0 {
-		finish := ml.c.observeAcquire(ctx, KindMulti, ml.name)
+		finish := ml.c.e.ObserveAcquire(ctx, KindMulti, ml.name)
 		defer func() {
 			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
 				Err: err, Waited: time.Since(start)})
@@ -163,7 +163,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	var final func(Release)
 	if len(ml.c.cfg.Observers) > 0 {
-		final = ml.c.observeRelease(ctx, KindMulti, ml.name)
+		final = ml.c.e.ObserveRelease(ctx, KindMulti, ml.name)
 	}
 	var errs []error
 	for i := len(ml.members) - 1; i >= 0; i-- {

@@ -30,7 +30,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	start := time.Now()
 	a := acquisition{lease: req.Lease, canWait: req.Forever || req.Wait > 0, ttl: req.Lease}
 	if len(hd.e.Cfg.Observers) > 0 {
-		finish := hd.e.observeAcquire(ctx, hd.p.Kind(), hd.name)
+		finish := hd.e.ObserveAcquire(ctx, hd.p.Kind(), hd.name)
 		defer func() {
 			finish(Acquisition{Kind: hd.p.Kind(), Name: hd.name, Acquired: h != nil, TimedOut: a.timedOut,
 				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis})

@@ -223,7 +223,7 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 			err = ErrClosed
 		}
 		if len(hd.e.Cfg.Observers) > 0 {
-			hd.e.observeRelease(ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err})
+			hd.e.ObserveRelease(ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err})
 		}
 		return err
 	}

@@ -112,7 +112,10 @@ func (NopObserver) FellBack(Kind, string, string, error) {}
 
 // BreakerChanged implements Observer.
 func (NopObserver) BreakerChanged(string) {}
-func (e *Engine) observeAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
+
+// ObserveAcquire starts the observers' report of an acquisition: the
+// returned function reports its outcome to each.
+func (e *Engine) ObserveAcquire(ctx context.Context, kind Kind, name string) func(Acquisition) {
 	var fs []func(Acquisition)
 	for _, o := range e.Cfg.Observers {
 		if f := o.AcquireStarted(ctx, kind, name); f != nil {
@@ -125,7 +128,9 @@ func (e *Engine) observeAcquire(ctx context.Context, kind Kind, name string) fun
 		}
 	}
 }
-func (e *Engine) observeRelease(ctx context.Context, kind Kind, name string) func(Release) {
+
+// ObserveRelease starts the observers' report of a release.
+func (e *Engine) ObserveRelease(ctx context.Context, kind Kind, name string) func(Release) {
 	var fs []func(Release)
 	for _, o := range e.Cfg.Observers {
 		if f := o.ReleaseStarted(ctx, kind, name); f != nil {
@@ -136,5 +141,21 @@ func (e *Engine) observeRelease(ctx context.Context, kind Kind, name string) fun
 		for _, f := range fs {
 			f(r)
 		}
+	}
+}
+
+// ObserveFallback logs and reports a turn to the fallback tier backend.
+func (e *Engine) ObserveFallback(kind Kind, name, backend string, reason error) {
+	e.Cfg.Logger.Warn("dlock: falling back", "name", name, "backend", backend, "reason", reason)
+	for _, o := range e.Cfg.Observers {
+		o.FellBack(kind, name, backend, reason)
+	}
+}
+
+// ObserveBreaker logs and reports a state of the default circuit breaker.
+func (e *Engine) ObserveBreaker(state string) {
+	e.Cfg.Logger.Warn("dlock: circuit breaker", "state", state)
+	for _, o := range e.Cfg.Observers {
+		o.BreakerChanged(state)
 	}
 }

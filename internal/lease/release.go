@@ -102,7 +102,7 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	h.rel = release{count: count, all: all, final: count == 1 || all}
 	h.quiesce()
 	if len(e.Cfg.Observers) > 0 {
-		h.rel.observe = e.observeRelease(ctx, h.p.Kind(), h.name)
+		h.rel.observe = e.ObserveRelease(ctx, h.p.Kind(), h.name)
 	}
 	cl := h.p.Release(h, count, all)
 	cl.Undo = (*releaseUndo)(h)
