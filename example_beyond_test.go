@@ -79,3 +79,32 @@ func ExampleSemaphore() {
 	fmt.Println("exporting with a permit")
 	// Output: exporting with a permit
 }
+
+func ExampleCountDownLatch() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// The coordinator arms the latch for three workers; the latch lives at
+	// most an hour, whatever happens to them.
+	shards := locks.CountDownLatch("example:import-shards")
+	if _, err := shards.TrySetCount(ctx, 3, time.Hour); err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		go func() { // a worker, in this process or any other
+			// ... import one shard ...
+			if err := shards.CountDown(ctx); err != nil {
+				log.Print(err)
+			}
+		}()
+	}
+	if err := shards.Wait(ctx); err != nil { // woken by Redis at zero
+		log.Fatal(err)
+	}
+	n, _ := shards.Count(ctx)
+	fmt.Println("all shards imported; count:", n)
+	// Output: all shards imported; count: 0
+}

@@ -52,9 +52,6 @@ func (p *Latch) Init(e *lease.Engine, name string) {
 	p.ks = keys.Latch(name)
 }
 
-// Name returns the latch's name.
-func (p *Latch) Name() string { return p.name }
-
 func (p *Latch) check(ctx context.Context) error {
 	switch {
 	case ctx == nil:
