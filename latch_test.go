@@ -379,3 +379,32 @@ func TestLatchSharedWithRedisson(t *testing.T) {
 	awaitNil(t, done, 100*time.Millisecond, "Redisson's last count-down did not wake Wait")
 	rdb.Del(ctx, ks.Downs)
 }
+
+// Close wakes a waiting Wait with ErrClosed, and later calls fail with it.
+func TestLatchCloseEndsWait(t *testing.T) {
+	ctx := ctxT(t)
+	rdb := rdbFor(t, shared)
+	c := newClient(t, shared, withRecheck(time.Minute))
+	l := c.CountDownLatch("latch:close")
+	if _, err := l.TrySetCount(ctx, 1, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(ctx, "latch:close")
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	waitSubscribers(t, rdb, keys.Latch("latch:close").Channel, 1)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Wait returned %v at Close, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not end Wait")
+	}
+	if err := l.Wait(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+}
