@@ -75,6 +75,8 @@
 //   - Semaphore: n permits across processes, each leased like a lock
 //     (Redisson's RPermitExpirableSemaphore) and ending with its holder; a
 //     release gives the permit straight to the first queued waiter.
+//   - CountDownLatch: a count across processes (Redisson's RCountDownLatch)
+//     that Wait waits out; the last CountDown wakes every waiter by an event.
 //   - SyncLocker: a sync.Locker over any Locker, for code that needs one.
 //   - Client.Locks: every lock, election and semaphore in a Redis, by SCAN.
 //
@@ -131,9 +133,9 @@
 //   - Publish on any channel (the default ACL allows every channel): it can
 //     make waiters attempt again, one attempt per message at most for each
 //     woken waiter (repeated wake-ups coalesce until the waiter has tried),
-//     and make Election.Observe read the leader from Redis again. It cannot
-//     grant a lock, a permit or a leadership, end a hold, show a false
-//     leader, or make a call hang or panic.
+//     and make Election.Observe (and a latch's Wait) read Redis again. It
+//     cannot grant a lock, a permit or a leadership, end a hold, show a
+//     false leader, open a latch, or make a call hang or panic.
 //   - Also read dlock's keys and channels (queues, owner fields, tickets,
 //     fencing counters, PUBSUB CHANNELS): the same, and no more. Messages
 //     crafted from everything readable, or replayed, still only wake.
@@ -222,7 +224,8 @@
 //
 // Election.Observe reports a leader that vanished without a release (a
 // crash) only when the next leader is elected; Leader tells the present
-// state. A semaphore's waiters wait by pub/sub even with WithSpin.
+// state. A semaphore's and a latch's waiters wait by pub/sub even with
+// WithSpin.
 //
 // An operator's DEL of a lock key is indistinguishable, to the holder's
 // Unlock, from its own release resent by go-redis: use ForceUnlock, which

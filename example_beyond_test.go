@@ -115,3 +115,32 @@ func ExampleSemaphore_AcquireN() {
 	// 6 free after SetPermits(12)
 	// 12 free after Release
 }
+
+func ExampleCountDownLatch() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// The coordinator arms the latch for three workers; the latch lives at
+	// most an hour, whatever happens to them.
+	shards := locks.CountDownLatch("example:import-shards")
+	if _, err := shards.TrySetCount(ctx, 3, time.Hour); err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		go func() { // a worker, in this process or any other
+			// ... import one shard ...
+			if err := shards.CountDown(ctx); err != nil {
+				log.Print(err)
+			}
+		}()
+	}
+	if err := shards.Wait(ctx); err != nil { // woken by Redis at zero
+		log.Fatal(err)
+	}
+	n, _ := shards.Count(ctx)
+	fmt.Println("all shards imported; count:", n)
+	// Output: all shards imported; count: 0
+}

@@ -29,9 +29,9 @@ func keysWithoutTTL(ctx context.Context, rdb *redis.Client) ([]string, error) {
 	return bad, iter.Err()
 }
 
-// watchTTLs checks every 20ms, until the test ends, that every key of r has
+// watchAllTTLs checks every 20ms, until the test ends, that every key of r has
 // a TTL.
-func watchTTLs(t *testing.T, r *testenv.Redis) {
+func watchAllTTLs(t *testing.T, r *testenv.Redis) {
 	t.Helper()
 	rdb := rdbFor(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,7 +77,7 @@ func waitSemQueued(t *testing.T, rdb *redis.Client, name string, n int) []string
 // release is sent, so it can only undercount. No key is ever without a TTL.
 func TestWeightedNeverMoreThanSize(t *testing.T) {
 	r := testenvRedis(t)
-	watchTTLs(t, r)
+	watchAllTTLs(t, r)
 	ctx := ctxT(t)
 	const size = 5
 	var held, peak, grants atomic.Int64
@@ -329,7 +329,7 @@ func TestWeightedSetPermitsWakes(t *testing.T) {
 // size; a queued waiter for more than the new size fails at once.
 func TestWeightedShrinkRevokesNothing(t *testing.T) {
 	r := testenvRedis(t)
-	watchTTLs(t, r)
+	watchAllTTLs(t, r)
 	ctx := ctxT(t)
 	rdb := rdbFor(t, r)
 	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))

@@ -17,6 +17,7 @@ const (
 	SemaphoreQueuePrefix  = "dlock:semaphore-queue"  // list of QueueEntry: waiters, first first
 	SemaphoreFreePrefix   = "dlock:semaphore-free"   // channel: "0" when a permit is freed with nobody queued
 	SemaphoreSeenPrefix   = "dlock:semaphore-seen"   // sorted set: queue entry -> until when its waiter is alive (server ms)
+	LatchDownsPrefix      = "dlock:latch-downs"      // set: ids of a latch's recent count-downs
 )
 
 // PermitID is the member of a semaphore's sorted set for a permit of n
@@ -99,6 +100,24 @@ func Semaphore(name string) SemaphoreSet {
 		Free:    Companion(SemaphoreFreePrefix, name),
 	}
 }
+
+// LatchSet holds the names of one count-down latch: Redisson's
+// RCountDownLatch layout, and one companion of dlock's.
+type LatchSet struct {
+	Count   string // the count, a string named by the latch itself (Redisson's)
+	Channel string // Redisson's latch channel: "0" when the count reached zero, "1" when one was set
+	Downs   string // set: ids of the count-downs applied lately, so a resent one counts once
+}
+
+// Latch returns the names for latch name. name must have passed Validate.
+func Latch(name string) LatchSet {
+	return LatchSet{Count: name, Channel: LatchChannel(name), Downs: Companion(LatchDownsPrefix, name)}
+}
+
+// LatchChannel is Redisson's channel of the latch name. Unlike its lock
+// channels, Redisson wraps the name in braces whatever it contains, with
+// no ':' before them.
+func LatchChannel(name string) string { return "redisson_countdownlatch__channel__{" + name + "}" }
 
 // NameFromCompanion returns the name a companion key was made from
 // (Companion's inverse): "prefix:{name}" or "prefix:{tag}:name".

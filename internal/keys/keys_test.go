@@ -173,3 +173,23 @@ func TestPermitID(t *testing.T) {
 		}
 	}
 }
+
+// A latch's count is its name and its channel Redisson's, which wraps the
+// name in braces whatever it holds; the companion shares the count's slot.
+func TestLatchNames(t *testing.T) {
+	for name, channel := range map[string]string{
+		"done":       "redisson_countdownlatch__channel__{done}",
+		"job:{42}:x": "redisson_countdownlatch__channel__{job:{42}:x}",
+	} {
+		s := Latch(name)
+		if s.Count != name || s.Channel != channel {
+			t.Errorf("Latch(%q) = %+v, want count %q and channel %q", name, s, name, channel)
+		}
+		if Slot(s.Downs) != Slot(s.Count) {
+			t.Errorf("%q: %q is not in the count's slot", name, s.Downs)
+		}
+		if n, ok := NameFromCompanion(LatchDownsPrefix, s.Downs); !ok || n != name {
+			t.Errorf("NameFromCompanion(%q) = %q, %v", s.Downs, n, ok)
+		}
+	}
+}

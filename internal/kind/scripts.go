@@ -2,8 +2,9 @@
 // read and write sides of a read-write lock, the semaphore and the
 // election. Each is one file beside its Lua scripts and implements
 // lease.Protocol: the scripts it runs, their typed arguments, and its
-// replies decoded in one place. Every script of dlock is embedded here and
-// nowhere else.
+// replies decoded in one place. The count-down latch, which is not a
+// lease, is one file beside its scripts too. Every script of dlock is
+// embedded here and nowhere else.
 package kind
 
 import (
@@ -107,7 +108,7 @@ func Source(file string) string {
 		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce,
 		"rwlib.lua": luaRWLib, "rwlock.lua": luaRWLock, "rlock.lua": luaRLock, "rwunlock.lua": luaRWUnlock, "rwleave.lua": luaRWLeave,
 		"sem_lib.lua": luaSemLib, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
-		"election_announce.lua": luaAnnounce,
+		"election_announce.lua": luaAnnounce, "latch_set.lua": luaLatchSet, "latch_down.lua": luaLatchDown,
 	}[file]
 }
 

@@ -168,6 +168,10 @@ func (e *Engine) heldLong(kind Kind, name string, held time.Duration) {
 // Redis returns the go-redis client the engine uses.
 func (e *Engine) Redis() redis.UniversalClient { return e.rdb }
 
+// Hub returns the engine's pub/sub hub, for kinds that wait on their own
+// (a latch's waiters).
+func (e *Engine) Hub() *notify.Hub { return e.hub }
+
 // Closed reports whether Close has begun.
 func (e *Engine) Closed() bool { return e.closed.Load() }
 

@@ -34,6 +34,9 @@ import (
 	"github.com/dlock-dev/dlock/internal/shardsub"
 )
 
+// closedCh is a closed channel.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // ErrClosed is returned by Join after Close.
 var ErrClosed = errors.New("notify: hub closed")
 
@@ -153,14 +156,24 @@ func (h *Hub) Ready() bool {
 // returns once the client channel is confirmed, or with ctx's error. The
 // caller must call Leave exactly once.
 func (h *Hub) Join(ctx context.Context, lockChannel, lockKey string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, lockKey, false)
+	return h.join(ctx, lockChannel, lockKey, exclusive)
 }
 
 // JoinShared is Join for a waiter that can share the lock with others of its
 // kind (a reader): a "0" on the channel wakes one exclusive waiter when there
 // is one, and every shared waiter only when there is none.
 func (h *Hub) JoinShared(ctx context.Context, lockChannel, lockKey string) (*Waiter, error) {
-	return h.join(ctx, lockChannel, lockKey, true)
+	return h.join(ctx, lockChannel, lockKey, shared)
+}
+
+// JoinAll is Join for a waiter that every message on channel wakes, whatever
+// it says (a latch's waiter: a count that reached zero concerns them all).
+// It is also woken when channel's subscription is confirmed, the first one
+// included: a waiter that read Redis after JoinAll returned and before that
+// confirmation may have missed a message, and reads again. Nothing is
+// handed to it: in sharded mode it waits for no client channel.
+func (h *Hub) JoinAll(ctx context.Context, channel string) (*Waiter, error) {
+	return h.join(ctx, channel, "", every)
 }
 
 // Listen subscribes the client channel, in the background, if nothing has
@@ -200,7 +213,7 @@ func (h *Hub) start() []string {
 	return []string{h.clientChannel}
 }
 
-func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, shared bool) (*Waiter, error) {
+func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, m mode) (*Waiter, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -210,7 +223,9 @@ func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, shared bool
 	ch, subscribe := h.ref(lockChannel, subscribe)
 	ready := h.clientReady
 	var clientCh string
-	if h.sharded != nil {
+	if h.sharded != nil && lockKey == "" {
+		ready = closedCh // nothing is handed to it; it hears its channel
+	} else if h.sharded != nil {
 		clientCh = keys.ShardClientChannel(h.clientID, lockKey)
 		var cc *channel
 		cc, subscribe = h.ref(clientCh, subscribe)
@@ -223,7 +238,7 @@ func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, shared bool
 	if h.nextTicket == 0 {
 		h.nextTicket = 1 // 0 is the ticket of waiters that poll
 	}
-	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, clientCh: clientCh, shared: shared, C: make(chan struct{}, 1)}
+	w := &Waiter{Ticket: h.nextTicket, channel: lockChannel, clientCh: clientCh, mode: m, C: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	h.tickets[w.Ticket] = w
 	if len(subscribe) > 0 {
@@ -491,8 +506,16 @@ func (h *Hub) confirmed(name string, again bool) {
 			restored = true
 		}
 	} else if ch := h.chans[name]; ch != nil {
+		// Resubscribed: every waiter re-checks. Subscribed for the first
+		// time: those that hear every message do.
 		if ch.confirmed || again {
 			h.wakeChannel(name, ch)
+		} else {
+			for _, w := range ch.waiters {
+				if w.mode == every {
+					w.wake()
+				}
+			}
 		}
 		ch.confirmed = true
 		if ch.ready != nil {
@@ -532,43 +555,51 @@ func (h *Hub) dispatch(name, payload string) {
 		return
 	}
 	if ch := h.chans[name]; ch != nil {
-		ch.released(payload)
+		ch.dispatch(payload)
 	}
 }
 
-// released wakes the waiters a release message on ch's channel allows. The
-// caller holds the Hub's mu.
-func (ch *channel) released(payload string) {
+// dispatch wakes ch's waiters for a message: every waiter that hears all
+// messages (JoinAll), and the others as the payload says. The caller holds
+// the Hub's mu.
+func (ch *channel) dispatch(payload string) {
+	for _, w := range ch.waiters {
+		if w.mode == every {
+			w.wake()
+		}
+	}
 	switch payload {
 	case "0": // one holder released: one local waiter may proceed
-		exclusive := false
+		found := false
 		for _, w := range ch.waiters {
-			if w.shared {
+			if w.mode != exclusive {
 				continue
 			}
-			exclusive = true
+			found = true
 			if w.wake() {
 				return
 			}
 		}
-		if exclusive {
+		if found {
 			return
 		}
 		// Only waiters that share: they may all proceed together.
 		for _, w := range ch.waiters {
-			w.wake()
+			if w.mode == shared {
+				w.wake()
+			}
 		}
 	case "1":
 		// Read holds released: every local waiter may proceed, on a
 		// read-write lock's channel (where readers wait). Elsewhere nothing
 		// real sends "1", and one forged message must not wake every
 		// waiter: it wakes one, as "0" does.
-		shared := false
+		readers := false
 		for _, w := range ch.waiters {
-			shared = shared || w.shared
+			readers = readers || w.mode == shared
 		}
 		for _, w := range ch.waiters {
-			if w.wake() && !shared {
+			if w.mode != every && w.wake() && !readers {
 				return
 			}
 		}

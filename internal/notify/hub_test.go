@@ -151,3 +151,54 @@ func TestHubShared(t *testing.T) {
 	h.Leave(r1)
 	h.Leave(r2)
 }
+
+// A JoinAll waiter is woken by every message on its channel, whatever it
+// says, and by its channel's first confirmation; the other waiters of the
+// channel are not woken by either beyond what Join promises.
+func TestHubJoinAll(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.NewClient(t)
+	ctx := context.Background()
+	h := New(rdb, Config{ClientChannel: "dlock:client:all", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	defer h.Close()
+	warm, err := h.Join(ctx, "warm", "k") // the client channel is confirmed from now on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Leave(warm)
+	a1, err := h.JoinAll(ctx, "latch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := h.Join(ctx, "latch", "k")
+	// JoinAll returned before "latch" was confirmed: its confirmation wakes
+	// a1, which may have missed a message until then.
+	if ev := waitEvent(t, a1); !ev.Retry {
+		t.Fatalf("a1 event %+v at the confirmation", ev)
+	}
+	quiet := func(ws ...*Waiter) {
+		t.Helper()
+		time.Sleep(50 * time.Millisecond)
+		for _, x := range ws {
+			select {
+			case <-x.C:
+				t.Fatalf("waiter %d woken", x.Ticket)
+			default:
+			}
+		}
+	}
+	quiet(e)
+	a2, _ := h.JoinAll(ctx, "latch")
+	quiet(a2) // already confirmed: nothing to wake it for
+	rdb.Publish(ctx, "latch", "0")
+	waitEvent(t, a1)
+	waitEvent(t, a2)
+	waitEvent(t, e) // "0" still wakes one exclusive waiter
+	rdb.Publish(ctx, "latch", "anything")
+	waitEvent(t, a1)
+	waitEvent(t, a2)
+	quiet(e)
+	for _, w := range []*Waiter{a1, a2, e} {
+		h.Leave(w)
+	}
+}

@@ -17,13 +17,22 @@ type Waiter struct {
 
 	channel  string
 	clientCh string // sharded mode: the client channel of the lock's slot
-	shared   bool   // a reader: see JoinShared
-	left     bool   // guarded by the Hub's mu
+	mode     mode
+	left     bool // guarded by the Hub's mu
 
 	mu     sync.Mutex
 	retry  bool
 	closed bool
 }
+
+// mode is which messages on its channel wake a waiter.
+type mode uint8
+
+const (
+	exclusive mode = iota // Join: a "0" wakes one exclusive waiter
+	shared                // JoinShared: a reader
+	every                 // JoinAll: every message wakes it
+)
 
 // Event is what happened to a waiter since the last Take.
 type Event struct {
