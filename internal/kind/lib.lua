@@ -21,7 +21,7 @@ local GONE, FORCED, DATA_LOST = 0, 2, 3
 -- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
 -- the lock's data (a restart without persistence, FLUSHALL, a failover that
 -- lost the writes): the fencing counter is gone, or, when the holder's token
--- is given, the counter's sequence began after that token was issued (a
+-- is given, the counter is below it or its sequence began after that token was issued (a
 -- sequence's start is its TTL's start: fence_ttl less what is left of it, and
 -- a sequence's tokens never run ahead of the clock); else GONE (it expired,
 -- another owner has it, or the holder's own release already ran).
@@ -29,6 +29,14 @@ local function why_gone(fence, forced, field, token, fence_ttl)
   if redis.call('sismember', forced, field) == 1 then return FORCED end
   local left = redis.call('pttl', fence)
   if left < 0 then return DATA_LOST end
+  if token then
+    -- The counter only grows, and it held the token when it was issued: a
+    -- counter below the token went back, and the holder's writes with it
+    -- (a failover to a replica that had not seen them). Our own release,
+    -- resent, finds it at the token or beyond.
+    local cur = tonumber(redis.call('get', fence) or '0')
+    if cur < tonumber(token) then return DATA_LOST end
+  end
   if token and fence_ttl then
     local t = redis.call('time')
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
