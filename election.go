@@ -65,9 +65,9 @@ func (c *Client) Election(name string) *Election {
 		e.err = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		return e
 	}
-	e.ks = keys.Election(name)
-	e.m = c.Mutex(e.ks.Lock)
-	if e.err = e.m.hd.NameErr(); e.err == nil { // too long once prefixed?
+	e.ks = c.cfg.Space.Election(name)
+	e.m = c.Mutex(keys.Companion(keys.ElectionPrefix, name)) // the Space prefixes its key
+	if e.err = e.m.hd.NameErr(); e.err == nil {              // too long once prefixed?
 		e.p.Init(c.e, name, e.ks, e.m.p.Keys())
 	}
 	return e
@@ -101,7 +101,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if lease.From(ctx, e.c.e, e.ks.Lock) != nil {
+	if lease.From(ctx, e.c.e, e.m.Name()) != nil {
 		return nil, fmt.Errorf("%w: ctx already leads the election %q", ErrInvalidArgument, e.name)
 	}
 	h, err := e.m.hd.Acquire(ctx, lease.Request{Forever: true, MaxHold: -1})
@@ -112,7 +112,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err != nil || !ok {
 		_ = h.Release(ctx, true)
 		if err == nil {
-			err = &LossError{Name: e.ks.Lock, Reason: ErrTakenOver}
+			err = &LossError{Name: e.m.Name(), Reason: ErrTakenOver}
 		}
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	h := lease.From(ctx, e.c.e, e.ks.Lock)
+	h := lease.From(ctx, e.c.e, e.m.Name())
 	if h == nil {
 		e.mu.Lock()
 		if e.term != nil {
@@ -192,7 +192,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	case err != nil:
 		return err
 	case !ok:
-		return &LossError{Name: e.ks.Lock, Reason: ErrTakenOver}
+		return &LossError{Name: e.m.Name(), Reason: ErrTakenOver}
 	}
 	return nil
 }

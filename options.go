@@ -2,9 +2,11 @@ package dlock
 
 import (
 	"fmt"
-	"github.com/dlock-dev/dlock/internal/lease"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/lease"
 )
 
 // Option configures a Client. Options are applied by New in order.
@@ -64,32 +66,45 @@ func WithLongHoldAlert(d time.Duration) Option {
 // SPUBLISH, Redis 7.0+), like Redisson's shardedSubscriptionMode.
 type ShardedMode int
 
-// The sharded pub/sub modes.
+// The sharded pub/sub modes: ShardedAuto (the default) is sharded on a
+// *redis.ClusterClient (assumed Redis 7.0+: set ShardedOff for an older
+// Cluster) and classic elsewhere; ShardedOn needs a ClusterClient.
 const (
-	// ShardedAuto, the default, is sharded on a Redis Cluster (a
-	// *redis.ClusterClient, which dlock assumes runs Redis 7.0+; set
-	// ShardedOff for an older Cluster) and classic elsewhere.
 	ShardedAuto ShardedMode = iota
-	// ShardedOn is sharded; it needs a *redis.ClusterClient.
 	ShardedOn
-	// ShardedOff is classic PUBLISH and SUBSCRIBE.
 	ShardedOff
 )
 
 // WithShardedPubSub sets the Client's pub/sub mode (default ShardedAuto).
-// Sharded, every message dlock sends stays in the shard of the key it is
-// about: a release's "0" on the lock's channel, and a hand-off on the
-// waiter's client channel of the lock's slot, so a Client has a channel per
-// slot it waits in. Classic PUBLISH is copied to every node of a Cluster.
-// Every process that shares a lock must use the same mode (and Redisson
-// 3.22+ uses sharded on Cluster 7): a message sent one way is not heard the
-// other, and its waiters fall back to their re-checks.
+// Sharded, every message stays in the shard of its lock's slot (a hand-off
+// on the waiter's client channel of that slot); classic PUBLISH is copied
+// to every node of a Cluster. Every process sharing a lock must use the
+// same mode (Redisson 3.22+ is sharded on Cluster 7), or its wake-ups fall
+// back to re-checks.
 func WithShardedPubSub(m ShardedMode) Option {
 	return func(c *config) error {
 		if m < ShardedAuto || m > ShardedOff {
 			return fmt.Errorf("%w: sharded pub/sub mode %d", ErrInvalidArgument, m)
 		}
 		c.sharded = m
+		return nil
+	}
+}
+
+// WithNamespace makes every key and channel of the Client begin with
+// "ns:", so that a Redis ACL can give a service its own prefix (~ns:*
+// &ns:*). The lock named N is the hash at "ns:N", as Redisson's NameMapper
+// with prefix "ns:" has it (its channels are not prefixed: across the two,
+// wake-ups fall back to re-checks). Names are passed and reported without
+// the namespace. ns must be 1 to 64 bytes without { } * ? [ ], whitespace
+// or control characters (ErrInvalidArgument).
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		s, err := keys.NewSpace(ns)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		c.Space = s
 		return nil
 	}
 }

@@ -30,14 +30,10 @@ type doctorJSON struct {
 
 func (a *app) doctorCommand() *cobra.Command {
 	var (
-		opts     doctor.Options
-		asJSON   bool
-		timeout  time.Duration
-		nsEnvDef string
+		opts    doctor.Options
+		asJSON  bool
+		timeout time.Duration
 	)
-	if v, ok := a.lookupEnv(envNamespace); ok {
-		nsEnvDef = v
-	}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Tell whether this Redis can hold locks safely",
@@ -76,6 +72,7 @@ Exit codes: 0 nothing failed (warnings allowed), 1 a check failed,
   dlock doctor --replica-ack 1 --replica-timeout 500ms`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Namespace = a.namespace // the persistent --namespace
 			if err := opts.Validate(); err != nil {
 				return usagef("%s", strings.TrimPrefix(err.Error(), "doctor: invalid argument: "))
 			}
@@ -122,7 +119,6 @@ Exit codes: 0 nothing failed (warnings allowed), 1 a check failed,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Namespace, "namespace", nsEnvDef, "the namespace dlock.WithNamespace is given (keys and channels begin with NS:); empty: the default layout (env "+envNamespace+")")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.IntVar(&opts.ReplicaAck, "replica-ack", 0, "check that a write reaches N replicas, as dlock.WithReplicaAck(N, timeout) needs")
 	f.DurationVar(&opts.ReplicaTimeout, "replica-timeout", doctor.DefaultReplicaTimeout, "the timeout of --replica-ack")

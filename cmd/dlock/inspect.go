@@ -128,7 +128,7 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 				return err
 			}
 			defer rdb.Close()
-			locks, err := dlock.New(rdb)
+			locks, err := dlock.New(rdb, a.clientOptions()...)
 			if err != nil {
 				return err
 			}

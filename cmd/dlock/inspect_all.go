@@ -26,7 +26,7 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
 		return err
 	}
 	defer rdb.Close()
-	locks, err := dlock.New(rdb)
+	locks, err := dlock.New(rdb, a.clientOptions()...)
 	if err != nil {
 		return err
 	}

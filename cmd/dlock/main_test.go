@@ -875,3 +875,31 @@ func TestInspectLongHold(t *testing.T) {
 		t.Fatalf("inspect's text does not show the long hold:\n%s", r.stdout)
 	}
 }
+
+// Every command works for a user whose ACL allows only the namespace's keys
+// and channels and no @dangerous command, with the namespace from the flag
+// or the environment, and the server's ACL LOG stays empty.
+func TestCommandsUnderACL(t *testing.T) {
+	r := testenv.StartRedis(t)
+	admin := r.NewClient(t)
+	ctx := ctxT(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "svc", "on", ">pw", "resetkeys", "~ns:*", "resetchannels", "&ns:*", "+@all", "-@dangerous").Err(); err != nil {
+		t.Fatal(err)
+	}
+	admin.Do(ctx, "ACL", "LOG", "RESET")
+	url := "redis://svc:pw@" + r.Addr()
+	env := []string{"DLOCK_NAMESPACE=ns"}
+	wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", "ns", "run", "job", "--", "true"), 0)
+	wantCode(t, dlockRun(t, env, "--redis", url, "run", "job", "--", "true"), 0)
+	wantCode(t, dlockRun(t, env, "--redis", url, "inspect", "job"), 0)
+	wantCode(t, dlockRun(t, env, "--redis", url, "inspect", "--all"), 0)
+	wantCode(t, dlockRun(t, env, "--redis", url, "unlock", "--force", "job"), 0)
+	wantCode(t, dlockRun(t, env, "--redis", url, "doctor"), 0)
+	if n := admin.Exists(ctx, "job").Val(); n != 0 {
+		t.Fatal("a lock outside the namespace")
+	}
+	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) != 0 {
+		t.Fatalf("ACL LOG = %v, %v; want nothing denied", log, err)
+	}
+	wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", "a b", "inspect", "job"), 2)
+}

@@ -59,8 +59,9 @@ type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 
-	redisURL string
-	verbose  bool
+	redisURL  string
+	namespace string // --namespace: dlock.WithNamespace's, "" for none
+	verbose   bool
 }
 
 // Main runs the dlock command line with args (without the program name) and
@@ -229,6 +230,17 @@ Exit codes (each command's --help lists its own):
 	}
 	root.PersistentFlags().StringVar(&a.redisURL, "redis", def, "Redis URL: redis://host:port[/db], ?master_name= for Sentinel, ?addr= for Cluster seeds (env "+envRedisURL+")")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log the library's warnings and debug messages to stderr")
+	nsDef, _ := a.lookupEnv(envNamespace)
+	root.PersistentFlags().StringVar(&a.namespace, "namespace", nsDef, "the namespace of the locks (dlock.WithNamespace: every key and channel begins with NS:); names are given without it (env "+envNamespace+")")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if a.namespace == "" {
+			return nil
+		}
+		if _, err := keys.NewSpace(a.namespace); err != nil {
+			return exitf(exitUsage, "dlock: --namespace: %v", err)
+		}
+		return nil
+	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.Flags().Bool("version", false, "print dlock's version and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -273,11 +285,15 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *target, erro
 
 // clientOptions are the dlock options every command uses.
 func (a *app) clientOptions() []dlock.Option {
-	if !a.verbose {
-		return nil
+	var opts []dlock.Option
+	if a.namespace != "" {
+		opts = append(opts, dlock.WithNamespace(a.namespace))
 	}
-	h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
-	return []dlock.Option{dlock.WithLogger(slog.New(h))}
+	if a.verbose {
+		h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
+		opts = append(opts, dlock.WithLogger(slog.New(h)))
+	}
+	return opts
 }
 
 // isTerminal reports whether w is a terminal.

@@ -59,6 +59,9 @@ type Options struct {
 	Limit int
 	// Semaphores adds a SCAN TYPE zset for semaphores.
 	Semaphores bool
+	// Space is the namespace searched: only its keys are scanned, and names
+	// are reported without it.
+	Space keys.Space
 }
 
 // Cost counts the Redis commands of one discovery.
@@ -95,13 +98,13 @@ func Masters(ctx context.Context, rdb redis.UniversalClient, fn func(context.Con
 func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, error) {
 	r := &run{o: o, f: Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{}, Semaphores: map[string]bool{}}}
 	err := Masters(ctx, rdb, func(ctx context.Context, node *redis.Client) error {
-		if err := scan(ctx, node, "", "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
+		if err := scan(ctx, node, globPrefix(o.Space.Prefix()), "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
 			return err
 		}
-		if err := scan(ctx, node, "dlock:fence:*", "string", r.fences); err != nil || !o.Semaphores {
+		if err := scan(ctx, node, globPrefix(o.Space.Prefix()+"dlock:fence:"), "string", r.fences); err != nil || !o.Semaphores {
 			return err
 		}
-		return scan(ctx, node, keys.SemaphorePrefix+":*", "zset", r.semaphores)
+		return scan(ctx, node, globPrefix(o.Space.Prefix()+keys.SemaphorePrefix+":"), "zset", r.semaphores)
 	})
 	// Held names first: a lock seen by both scans is held.
 	return r.f, err
@@ -122,6 +125,10 @@ func (r *run) want(name string) bool { return r.o.Match == "" || Glob(r.o.Match,
 // The caller holds r.mu.
 func (r *run) addLock(k string, held bool) {
 	if r.full() {
+		return
+	}
+	k, ok := r.o.Space.Name(k)
+	if !ok {
 		return
 	}
 	if e, ok := keys.NameFromCompanion(keys.ElectionPrefix, k); ok {
@@ -171,7 +178,7 @@ func (r *run) fences(ks []string) (bool, error) {
 	r.f.Cost.Scans++
 	r.f.Cost.Keys += len(ks)
 	for _, k := range ks {
-		if n, ok := keys.NameFromCompanion("dlock:fence", k); ok {
+		if n, ok := r.o.Space.NameFromCompanion("dlock:fence", k); ok {
 			r.addLock(n, false)
 		}
 	}
@@ -185,7 +192,7 @@ func (r *run) semaphores(ks []string) (bool, error) {
 	r.f.Cost.Scans++
 	r.f.Cost.Keys += len(ks)
 	for _, k := range ks {
-		if n, ok := keys.NameFromCompanion(keys.SemaphorePrefix, k); ok && r.want(n) && !r.full() {
+		if n, ok := r.o.Space.NameFromCompanion(keys.SemaphorePrefix, k); ok && r.want(n) && !r.full() {
 			r.f.Semaphores[n] = true
 		}
 	}
@@ -280,4 +287,20 @@ func matchSet(pattern, name string) (string, bool) {
 		}
 	}
 	return pattern[2+end:], hit != neg
+}
+
+// globPrefix is the SCAN MATCH pattern of the keys that begin with prefix
+// ("" for every key), its glob characters escaped.
+func globPrefix(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, r := range prefix {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String() + "*"
 }

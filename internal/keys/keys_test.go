@@ -193,3 +193,51 @@ func TestLatchNames(t *testing.T) {
 		}
 	}
 }
+
+// Under a namespace every name begins with it, and every name of one lock
+// (or election, semaphore, latch) shares the Cluster slot of its key.
+func TestSpace(t *testing.T) {
+	s, err := NewSpace("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"coupon", "user:{42}", "a{b"} {
+		f := s.For(name)
+		m := s.ForMutex(name)
+		if f.Lock != "svc:"+name || m.Lock != f.Lock || m.Fence != f.Fence || m.Queue != f.Queue || m.Forced != f.Forced {
+			t.Fatalf("%q: For %+v, ForMutex %+v", name, f, m)
+		}
+		e, sem, l := s.Election(name), s.Semaphore(name), s.Latch(name)
+		for _, group := range [][]string{
+			{f.Lock, f.Fence, f.Queue, f.Forced, f.Readers, f.Writers, s.Held(f.Lock), s.ShardClientChannel("c", f.Lock)},
+			{e.Lock, e.Changes},
+			{sem.Permits, sem.Size, sem.Queue, sem.Seen, sem.Free},
+			{l.Count, l.Downs},
+		} {
+			for _, k := range group {
+				if !strings.HasPrefix(k, "svc:") {
+					t.Errorf("%q: %q is outside the namespace", name, k)
+				}
+				if Slot(k) != Slot(group[0]) {
+					t.Errorf("%q: %q is not in the slot of %q", name, k, group[0])
+				}
+			}
+		}
+		for _, ch := range []string{f.Channel, f.RWChannel, s.LockChannel(name), s.ClientChannel("c"), l.Channel} {
+			if !strings.HasPrefix(ch, "svc:") {
+				t.Errorf("%q: channel %q is outside the namespace", name, ch)
+			}
+		}
+		if n, ok := s.NameFromCompanion("dlock:fence", f.Fence); !ok || n != name {
+			t.Errorf("NameFromCompanion(%q) = %q, %v", f.Fence, n, ok)
+		}
+		if !s.IsClientChannel(s.ShardClientChannel("c", f.Lock), "c") || !s.IsClientChannel(s.ClientChannel("c"), "c") {
+			t.Errorf("%q: client channels not recognised", name)
+		}
+	}
+	for _, bad := range []string{"", "a b", "a{", "x*"} {
+		if _, err := NewSpace(bad); err == nil {
+			t.Errorf("NewSpace(%q) accepted", bad)
+		}
+	}
+}

@@ -35,7 +35,7 @@ type Election struct {
 // Init prepares p for the election name on e, whose lock's keys are lock.
 func (p *Election) Init(e *lease.Engine, name string, ks keys.ElectionSet, lock *keys.Set) {
 	p.e, p.name, p.ks = e, name, ks
-	p.fence, p.channel = lock.Fence, keys.LockChannel(ks.Lock)
+	p.fence, p.channel = lock.Fence, lock.Channel
 }
 
 // Announce states value as the leader's, for the lease l of the election's

@@ -88,7 +88,7 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 	var r lockRead
 	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
 		return e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
-			r.add(ctx, p, name)
+			r.add(ctx, p, e.Cfg.Space, name)
 			return nil
 		})
 	}, nil)
@@ -133,7 +133,7 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 		match = ""
 	}
 	f, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
-		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true})
+		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Space: e.Cfg.Space})
 	}, nil)
 	if err != nil {
 		return nil, err
@@ -150,7 +150,7 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 		out = append(out, info)
 	}
 	for n := range f.Elections {
-		info, err := Inspect(ctx, e, keys.Election(n).Lock)
+		info, err := Inspect(ctx, e, keys.Companion(keys.ElectionPrefix, n))
 		if errors.Is(err, lease.ErrNotLock) {
 			continue
 		}
@@ -179,7 +179,7 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 // inspectSemaphore reads a semaphore's permits, size and queue in one MULTI.
 func inspectSemaphore(ctx context.Context, e *lease.Engine, name string) (LockInfo, error) {
 	info := LockInfo{Type: TypeSemaphore, Name: name}
-	ks := keys.Semaphore(name)
+	ks := e.Cfg.Space.Semaphore(name)
 	var permits *redis.ZSliceCmd
 	var size *redis.StringCmd
 	var queue *redis.StringSliceCmd
@@ -257,11 +257,11 @@ type lockRead struct {
 }
 
 // add adds the waitQueue of the lock name to p.
-func (r *lockRead) add(ctx context.Context, p redis.Pipeliner, name string) {
-	ks := keys.For(name)
+func (r *lockRead) add(ctx context.Context, p redis.Pipeliner, space keys.Space, name string) {
+	ks := space.For(name)
 	r.typ = p.Type(ctx, ks.Lock)
 	r.fields = p.HGetAll(ctx, ks.Lock)
-	r.held = p.HGetAll(ctx, keys.Held(name))
+	r.held = p.HGetAll(ctx, space.Held(ks.Lock))
 	r.pttl = p.PTTL(ctx, ks.Lock)
 	r.fence = p.Get(ctx, ks.Fence)
 	r.waitQueue = p.LRange(ctx, ks.Queue, 0, -1)

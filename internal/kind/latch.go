@@ -49,7 +49,7 @@ func (p *Latch) Init(e *lease.Engine, name string) {
 		p.err = fmt.Errorf("%w: %w", lease.ErrInvalidArgument, err)
 		return
 	}
-	p.ks = keys.Latch(name)
+	p.ks = e.Cfg.Space.Latch(name)
 }
 
 func (p *Latch) check(ctx context.Context) error {

@@ -3,6 +3,7 @@ package kind
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -47,7 +48,7 @@ type Mutex struct {
 // must be valid (keys.Validate).
 func (p *Mutex) Init(e *lease.Engine, name string, fair bool) {
 	p.e, p.name, p.fair = e, name, fair
-	p.ks = keys.ForMutex(name)
+	p.ks = e.Cfg.Space.ForMutex(name)
 	p.keys = [4]any{&p.ks.Lock, &p.ks.Fence, &p.ks.Queue, &p.ks.Forced}
 }
 
@@ -139,7 +140,7 @@ func (p *Mutex) Undo(ctx context.Context, l *lease.Lease, q lease.Queueing, mayH
 
 // Channel implements lease.Protocol: Redisson's release channel.
 func (p *Mutex) Channel() (string, bool) {
-	p.channelOnce.Do(func() { p.ks.Channel = keys.LockChannel(p.name) })
+	p.channelOnce.Do(func() { p.ks.Channel = p.e.Cfg.Space.LockChannel(p.name) })
 	return p.ks.Channel, false
 }
 
@@ -190,9 +191,41 @@ return 0`)
 // RaiseFence lifts the fencing counter of the lock name to at least tok,
 // so that Redis's next token is above one another tier issued.
 func RaiseFence(ctx context.Context, e *lease.Engine, name string, tok uint64) error {
-	fence := keys.For(name).Fence
+	fence := e.Cfg.Space.For(name).Fence
 	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (int64, error) {
 		return scriptRaiseFence.Run(ctx, e.Wire, []any{fence}, tok).Int64()
 	}, nil)
 	return err
+}
+
+// IsLocked reports whether any owner holds the lock. It returns ctx's cause
+// once ctx is done.
+func (p *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	n, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (int64, error) {
+		return p.e.Redis().Exists(ctx, p.ks.Lock).Result()
+	}, nil)
+	return n == 1, err
+}
+
+// HoldCount returns the count of the owner field in the lock (0 when it is
+// not there).
+func (p *Mutex) HoldCount(ctx context.Context, field string) (int, error) {
+	n, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (int, error) {
+		return p.e.Redis().HGet(ctx, p.ks.Lock, field).Int()
+	}, nil)
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// RemainingTTL returns the lock's remaining TTL, 0 when it is not held.
+func (p *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
+	d, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (time.Duration, error) {
+		return p.e.Redis().PTTL(ctx, p.ks.Lock).Result()
+	}, nil)
+	if err != nil || d < 0 {
+		return 0, err
+	}
+	return d, nil
 }

@@ -56,7 +56,7 @@ type Read struct{ rw *RWMutex }
 // Init prepares p for the lock name on e. name must be valid.
 func (p *RWMutex) Init(e *lease.Engine, name string) {
 	p.e = e
-	p.ks = keys.For(name)
+	p.ks = e.Cfg.Space.For(name)
 	p.keys = [5]any{&p.ks.Lock, &p.ks.Fence, &p.ks.Readers, &p.ks.Writers, &p.ks.Forced}
 	p.Write.rw, p.Read.rw = p, p
 }

@@ -40,10 +40,17 @@ end
 return 0`)
 )
 
-// Renew renews one batch of leases of any kinds in one call of renew.lua,
-// giving each the TTL in ttls (ms). It returns a code per lease:
-// renew.Held, or why the owner's field is missing (lease.CodeGone, ...).
-func Renew(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+// Renewer returns the renewal of the Space's leases: one call of renew.lua
+// renews a batch of any kinds, giving each the TTL in ttls (ms), and
+// returns a code per lease: renew.Held, or why the owner's field is missing
+// (lease.CodeGone, ...).
+func Renewer(space keys.Space) func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+	return func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+		return renewBatch(ctx, w, space, batch, ttls)
+	}
+}
+
+func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*renew.Entry, ttls []int64) ([]int64, error) {
 	keyArgs := make([]any, 0, 5*len(batch))
 	args := make([]any, 4*len(batch))
 	n := len(batch)
@@ -57,7 +64,7 @@ func Renew(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64
 			// record of long holds (its expiry is in its set).
 			fence, forced = e.Key, set
 		} else {
-			held = keys.Held(e.Key)
+			held = space.Held(e.Key)
 		}
 		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)
 		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), e.Since
@@ -112,15 +119,26 @@ func Source(file string) string {
 	}[file]
 }
 
-// script returns the script of src with its sharded variant: the one a
-// Client in sharded pub/sub mode runs, whose every message is an SPUBLISH
-// that stays in the shard of the script's keys. A hand-off goes to the
-// waiter's client channel of the lock's slot (keys.ShardClientChannel),
-// which shard_client builds from KEYS[1] by Redis' hash-tag rule.
+// script returns the script of src with its variants (wire.Variant): under
+// a namespace every channel it builds begins with the namespace, and in
+// sharded pub/sub mode every message is an SPUBLISH that stays in the shard
+// of the script's keys, a hand-off going to the waiter's client channel of
+// the lock's slot (keys.Space.ShardClientChannel), which shard_client
+// builds from KEYS[1] by Redis' hash-tag rule.
 func script(src string) *wire.Script {
-	sharded := strings.ReplaceAll(src, "'publish'", "'spublish'")
-	sharded = strings.ReplaceAll(sharded, "'"+keys.ClientChannelPrefix+"' .. ", "shard_client() .. ")
-	return wire.NewScript(src).WithSharded(shardClientLua + sharded)
+	return wire.NewScript(src).WithVariants(func(v wire.Variant) string {
+		out := src
+		if v.Namespace != "" {
+			out = strings.ReplaceAll(out, "'redisson_", "'"+v.Namespace+"redisson_")
+			out = strings.ReplaceAll(out, "'"+keys.ClientChannelPrefix, "'"+v.Namespace+keys.ClientChannelPrefix)
+		}
+		if v.Sharded {
+			out = strings.ReplaceAll(out, "'publish'", "'spublish'")
+			out = strings.ReplaceAll(out, "'"+v.Namespace+keys.ClientChannelPrefix+"' .. ", "shard_client() .. ")
+			out = strings.ReplaceAll(shardClientLua, "'"+keys.ClientChannelPrefix, "'"+v.Namespace+keys.ClientChannelPrefix) + out
+		}
+		return out
+	})
 }
 
 // shardClientLua defines shard_client: the prefix of this script's client

@@ -58,7 +58,7 @@ type Semaphore struct {
 func (p *Semaphore) Init(e *lease.Engine, name string, n int) {
 	p.e, p.name = e, name
 	p.n.Store(int64(n))
-	p.ks = keys.Semaphore(name)
+	p.ks = e.Cfg.Space.Semaphore(name)
 	p.keys = []any{p.ks.Permits, p.ks.Size, p.ks.Queue, p.ks.Seen}
 }
 

@@ -51,6 +51,8 @@ type Config struct {
 	// Sharded, when set, makes every message sharded (SPUBLISH, SSUBSCRIBE
 	// through this Cluster client): see the notify package.
 	Sharded *redis.ClusterClient
+	// Space is the namespace every key and channel begins with.
+	Space keys.Space
 	// Touch rewrites a key's TTL to its current value (for replica acks).
 	Touch *wire.Script
 	// RenewFailed and RenewBatched, when set, are told of each watchdog
@@ -110,7 +112,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	}
 	e.deadlines = newDeadlines((*Lease).checkDeadline)
 	e.hub = notify.New(rdb, notify.Config{
-		ClientChannel: keys.ClientChannel(cfg.ClientID),
+		ClientChannel: cfg.Space.ClientChannel(cfg.ClientID),
 		Linger:        cfg.Linger,
 		ReadyTimeout:  cfg.Recheck,
 		CloseWait:     cfg.CloseTimeout,
@@ -118,8 +120,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		Log:           cfg.Logger,
 		Sharded:       cfg.Sharded,
 		ClientID:      cfg.ClientID,
+		Space:         cfg.Space,
 	})
-	e.Wire.SetSharded(cfg.Sharded != nil)
+	e.Wire.SetVariant(wire.Variant{Namespace: cfg.Space.Prefix(), Sharded: cfg.Sharded != nil})
 	var slot func(string) uint16
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = keys.Slot

@@ -46,6 +46,7 @@ type Hub struct {
 	rdb           redis.UniversalClient
 	sharded       *redis.ClusterClient // sharded pub/sub (sharded.go); nil: classic
 	clientID      string
+	space         keys.Space
 	shard         *shardsub.Subscriber // the sharded subscriptions, once started
 	log           *slog.Logger
 	clientChannel string
@@ -115,6 +116,7 @@ type Config struct {
 	// (keys.ShardClientChannel of ClientID).
 	Sharded  *redis.ClusterClient
 	ClientID string
+	Space    keys.Space // the namespace of the per-slot client channels
 }
 
 // New returns a Hub. It opens no connection until the first Join.
@@ -126,6 +128,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 		rdb:           rdb,
 		sharded:       cfg.Sharded,
 		clientID:      cfg.ClientID,
+		space:         cfg.Space,
 		log:           cfg.Log,
 		clientChannel: cfg.ClientChannel,
 		linger:        cfg.Linger,
@@ -226,7 +229,7 @@ func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, m mode) (*W
 	if h.sharded != nil && lockKey == "" {
 		ready = closedCh // nothing is handed to it; it hears its channel
 	} else if h.sharded != nil {
-		clientCh = keys.ShardClientChannel(h.clientID, lockKey)
+		clientCh = h.space.ShardClientChannel(h.clientID, lockKey)
 		var cc *channel
 		cc, subscribe = h.ref(clientCh, subscribe)
 		if cc.ready == nil {
@@ -395,7 +398,7 @@ func (h *Hub) Listening(lockChannel, lockKey string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sharded != nil {
-		cc := h.chans[keys.ShardClientChannel(h.clientID, lockKey)]
+		cc := h.chans[h.space.ShardClientChannel(h.clientID, lockKey)]
 		return cc != nil && cc.confirmed && h.chans[lockChannel] != nil
 	}
 	return h.clientOK && h.chans[lockChannel] != nil
@@ -533,7 +536,7 @@ func (h *Hub) confirmed(name string, again bool) {
 }
 
 func (h *Hub) dispatch(name, payload string) {
-	client := name == h.clientChannel || h.sharded != nil && keys.IsClientChannel(name, h.clientID)
+	client := name == h.clientChannel || h.sharded != nil && h.space.IsClientChannel(name, h.clientID)
 	if client && h.forced != nil {
 		if key, ok := keys.ParseForcedMessage(payload); ok {
 			// Forced away, or so it claims: the holders of key ask Redis.

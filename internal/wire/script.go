@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,9 +17,18 @@ import (
 type Script struct {
 	src any // the source, boxed once
 	sha any // its SHA1 in hex, boxed once
-	// sharded is the variant a Wire in sharded mode runs instead (its
-	// messages stay in the shard of the keys), or nil.
-	sharded *Script
+	// variant makes the source a Wire of another Variant runs instead (nil:
+	// the script has no variants); made are the variants made so far.
+	variant func(Variant) string
+	made    sync.Map // Variant -> *Script
+}
+
+// Variant is what a Wire's scripts are adapted to: a namespace that
+// prefixes the channels they build, and sharded pub/sub. The zero Variant
+// runs the scripts as written.
+type Variant struct {
+	Namespace string // the prefix of every key and channel ("ns:"), or ""
+	Sharded   bool
 }
 
 // NewScript returns the script of src.
@@ -27,11 +37,26 @@ func NewScript(src string) *Script {
 	return &Script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// WithSharded sets the variant of s that a Wire in sharded pub/sub mode
-// runs instead (SetSharded), and returns s. Call it before s is used.
-func (s *Script) WithSharded(src string) *Script {
-	s.sharded = NewScript(src)
+// WithVariants sets how s's source is adapted to a Variant (the kind that
+// owns the script knows what to change), and returns s. Call it before s
+// is used.
+func (s *Script) WithVariants(adapt func(Variant) string) *Script {
+	s.variant = adapt
 	return s
+}
+
+// For returns the script a Wire of Variant v runs in place of s: s itself
+// for the zero Variant or a script without variants. Safe for concurrent
+// use; each variant is made once.
+func (s *Script) For(v Variant) *Script {
+	if s.variant == nil || v == (Variant{}) {
+		return s
+	}
+	if m, ok := s.made.Load(v); ok {
+		return m.(*Script)
+	}
+	m, _ := s.made.LoadOrStore(v, NewScript(s.variant(v)))
+	return m.(*Script)
 }
 
 // Source returns the script's source.

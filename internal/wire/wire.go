@@ -31,7 +31,7 @@ import (
 type Wire struct {
 	rdb     redis.UniversalClient
 	cleanup time.Duration
-	sharded bool // run the scripts' sharded variants (SetSharded)
+	variant Variant // the scripts' variant this Wire runs (SetVariant)
 	batch   batcher
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
@@ -44,9 +44,9 @@ func New(rdb redis.UniversalClient, cleanup time.Duration) *Wire {
 	return w
 }
 
-// SetSharded makes w run every script's sharded variant (Script.WithSharded)
-// in place of the script. Call it before the first call.
-func (w *Wire) SetSharded(on bool) { w.sharded = on }
+// SetVariant makes w run every script's variant v (Script.For) in place of
+// the script. Call it before the first call.
+func (w *Wire) SetVariant(v Variant) { w.variant = v }
 
 // Redis returns the go-redis client the Wire sends through.
 func (w *Wire) Redis() redis.UniversalClient { return w.rdb }
@@ -117,10 +117,10 @@ func (w *Wire) Do(ctx context.Context, cl *Call) (left bool, err error) {
 		cl.Free()
 		return true, context.Cause(ctx)
 	}
-	if w.sharded && cl.Script != nil && cl.Script.sharded != nil {
+	if w.variant != (Variant{}) && cl.Script != nil && cl.Script.variant != nil {
 		// The same arguments, the other script: the EVALSHA's SHA1 is its
 		// second argument.
-		cl.Script = cl.Script.sharded
+		cl.Script = cl.Script.For(w.variant)
 		cl.Cmd.Args()[1] = cl.Script.sha
 	}
 	w.batch.submit(cl)
