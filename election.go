@@ -68,7 +68,7 @@ func (c *Client) Election(name string) *Election {
 	e.ks = c.cfg.Space.Election(name)
 	e.m = c.Mutex(keys.Companion(keys.ElectionPrefix, name)) // the Space prefixes its key
 	if e.err = e.m.hd.NameErr(); e.err == nil {              // too long once prefixed?
-		e.p.Init(c.e, name, e.ks, e.m.p.Keys())
+		e.p.Init(c.e, name, e.ks, &e.m.p)
 	}
 	return e
 }

@@ -32,10 +32,11 @@ type Election struct {
 	channel string // the lock's release channel
 }
 
-// Init prepares p for the election name on e, whose lock's keys are lock.
-func (p *Election) Init(e *lease.Engine, name string, ks keys.ElectionSet, lock *keys.Set) {
+// Init prepares p for the election name on e, whose lock is lock.
+func (p *Election) Init(e *lease.Engine, name string, ks keys.ElectionSet, lock *Mutex) {
 	p.e, p.name, p.ks = e, name, ks
-	p.fence, p.channel = lock.Fence, lock.Channel
+	p.fence = lock.Keys().Fence
+	p.channel, _ = lock.Channel()
 }
 
 // Announce states value as the leader's, for the lease l of the election's
