@@ -2,15 +2,11 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
-	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // Mutex is a handle on a reentrant distributed lock, Redisson's RLock.
@@ -180,52 +176,16 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 }
 
 // IsLocked reports whether any owner holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return isLocked(ctx, &m.hd, m.p.Key()) }
-
-func isLocked(ctx context.Context, hd *lease.Handle, key string) (bool, error) {
-	if err := hd.Check(ctx, 0); err != nil {
-		return false, err
-	}
-	n, _, err := wire.Go(hd.Engine().Wire, ctx, func(ctx context.Context) (int64, error) {
-		return hd.Engine().Redis().Exists(ctx, key).Result()
-	}, nil)
-	return n == 1, err
-}
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.p.IsLocked(ctx, &m.hd) }
 
 // HoldCount returns the hold count of the hold ctx carries, or else of the
 // handle's current hold, as Redis has it (0 when there is none).
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	if err := m.hd.Check(ctx, 0); err != nil {
-		return 0, err
-	}
-	h := m.hd.Current(ctx)
-	if h == nil {
-		return 0, nil
-	}
-	e := m.hd.Engine()
-	n, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (int, error) {
-		return e.Redis().HGet(ctx, m.p.Key(), h.Field()).Int()
-	}, nil)
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	return n, err
-}
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.p.HoldCount(ctx, &m.hd) }
 
 // RemainingTTL returns the lock's remaining time to live, whoever holds it:
 // 0 when it is not held.
 func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
-	if err := m.hd.Check(ctx, 0); err != nil {
-		return 0, err
-	}
-	e := m.hd.Engine()
-	d, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (time.Duration, error) {
-		return e.Redis().PTTL(ctx, m.p.Key()).Result()
-	}, nil)
-	if err != nil || d < 0 {
-		return 0, err
-	}
-	return d, nil
+	return m.p.RemainingTTL(ctx, &m.hd)
 }
 
 // Token returns the fencing token of the handle's current hold, or 0 when it

@@ -3,6 +3,7 @@ package kind
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -195,4 +196,51 @@ func RaiseFence(ctx context.Context, e *lease.Engine, name string, tok uint64) e
 		return scriptRaiseFence.Run(ctx, e.Wire, []any{fence}, tok).Int64()
 	}, nil)
 	return err
+}
+
+// IsLocked reports whether any owner holds the lock of hd (Mutex.IsLocked).
+func (p *Mutex) IsLocked(ctx context.Context, hd *lease.Handle) (bool, error) {
+	if err := hd.Check(ctx, 0); err != nil {
+		return false, err
+	}
+	n, _, err := wire.Go(hd.Engine().Wire, ctx, func(ctx context.Context) (int64, error) {
+		return hd.Engine().Redis().Exists(ctx, p.Key()).Result()
+	}, nil)
+	return n == 1, err
+}
+
+// HoldCount returns the hold count of the hold ctx carries, or else of
+// hd's current hold, as Redis has it (0 when there is none).
+func (p *Mutex) HoldCount(ctx context.Context, hd *lease.Handle) (int, error) {
+	if err := hd.Check(ctx, 0); err != nil {
+		return 0, err
+	}
+	h := hd.Current(ctx)
+	if h == nil {
+		return 0, nil
+	}
+	e := hd.Engine()
+	n, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (int, error) {
+		return e.Redis().HGet(ctx, p.Key(), h.Field()).Int()
+	}, nil)
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// RemainingTTL returns the lock's remaining time to live, whoever holds
+// it: 0 when it is not held.
+func (p *Mutex) RemainingTTL(ctx context.Context, hd *lease.Handle) (time.Duration, error) {
+	if err := hd.Check(ctx, 0); err != nil {
+		return 0, err
+	}
+	e := hd.Engine()
+	d, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (time.Duration, error) {
+		return e.Redis().PTTL(ctx, p.Key()).Result()
+	}, nil)
+	if err != nil || d < 0 {
+		return 0, err
+	}
+	return d, nil
 }
