@@ -76,7 +76,7 @@ func (p *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	case ttl < time.Millisecond:
 		return false, fmt.Errorf("%w: latch %q: ttl %v, at least 1ms is needed (a latch never lives forever)", lease.ErrInvalidArgument, p.name, ttl)
 	}
-	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count}, n, lease.Ms(ttl), p.ks.Channel)
+	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker}, n, lease.Ms(ttl), p.ks.Channel)
 	return set == 1, err
 }
 
@@ -87,7 +87,7 @@ func (p *Latch) CountDown(ctx context.Context) error {
 		return err
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)
-	_, err := p.run(ctx, scriptLatchDown, []any{p.ks.Count, p.ks.Downs}, p.ks.Channel, id, lease.Ms(LatchDownsTTL))
+	_, err := p.run(ctx, scriptLatchDown, []any{p.ks.Count, p.ks.Downs, p.ks.Marker}, p.ks.Channel, id, lease.Ms(LatchDownsTTL))
 	return err
 }
 
