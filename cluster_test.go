@@ -571,6 +571,50 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("Latch", func(t *testing.T) {
+		// A latch's count, count-downs and marker share its slot, wherever
+		// it lives; Locks finds the markers on every master. (Names with a
+		// hash tag are left out: Redisson's latch channel wraps the whole
+		// name in braces, so its slot is not the name's, and a sharded
+		// script cannot SPUBLISH on it.)
+		ctx := ctxT(t)
+		names := []string{"alpha", "beta", "gamma", "delta"}
+		e.spread(t, names...)
+		for _, name := range names {
+			l := a.CountDownLatch(name)
+			if ok, err := l.TrySetCount(ctx, 2, time.Minute); !ok || err != nil {
+				t.Fatalf("%s: TrySetCount: %v, %v", name, ok, err)
+			}
+			if err := l.CountDown(ctx); err != nil {
+				t.Fatalf("%s: CountDown: %v", name, err)
+			}
+		}
+		infos, err := b.Locks(ctx, "*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, info := range infos {
+			if info.Type == TypeLatch && info.Count == 1 && info.TTL > 0 {
+				found++
+			}
+		}
+		if found != len(names) {
+			t.Fatalf("Locks found %d of %d latches: %+v", found, len(names), infos)
+		}
+		for _, name := range names {
+			waited := make(chan error, 1)
+			go func() { waited <- b.CountDownLatch(name).Wait(ctx) }()
+			if err := a.CountDownLatch(name).CountDown(ctx); err != nil {
+				t.Fatalf("%s: last CountDown: %v", name, err)
+			}
+			awaitNil(t, waited, 5*time.Second, name+": Wait")
+			if n := e.nodeOf(name).NewClient(t).Exists(ctx, name, keys.Latch(name).Marker).Val(); n != 0 {
+				t.Fatalf("%s: %d of its count and marker left at zero", name, n)
+			}
+		}
+	})
+
 	t.Run("Inspect", func(t *testing.T) {
 		ctx := ctxT(t)
 		for _, name := range []string{"inspect:{alpha}", "inspect:{beta}", "inspect:{42}"} {

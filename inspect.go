@@ -11,16 +11,18 @@ const (
 	TypeLock      = kind.TypeLock      // a Mutex, FairMutex or RWMutex name
 	TypeElection  = kind.TypeElection  // an Election
 	TypeSemaphore = kind.TypeSemaphore // a Semaphore
+	TypeLatch     = kind.TypeLatch     // a CountDownLatch dlock armed (Locks only)
 )
 
 // LockInfo is a snapshot of one lock name as Redis has it, for operators
-// and tools; see Client.Inspect. Its fields: Type (TypeLock, TypeElection
-// or TypeSemaphore), Name, Locked, Mode ("" for Mutex and FairMutex, "read"
-// or "write" for RWMutex), Holders (sorted by owner), TTL (0 when not
-// locked, -1 when the key has none), Token (the last fencing token issued
-// for the name), Waiters (queued for a hand-off, first first),
-// WaitingWriters (an RWMutex's), Leader (an election's value) and Permits
-// (a semaphore's size). A LockInfo is a value; safe to copy and share.
+// and tools; see Client.Inspect. Its fields: Type (TypeLock, TypeElection,
+// TypeSemaphore or TypeLatch), Name, Locked, Mode ("" for Mutex and
+// FairMutex, "read" or "write" for RWMutex), Holders (sorted by owner), TTL
+// (0 when not locked, -1 when the key has none), Token (the last fencing
+// token issued for the name), Waiters (queued for a hand-off, first first),
+// WaitingWriters (an RWMutex's), Leader (an election's value), Permits (a
+// semaphore's size) and Count (a latch's count; Locked while above zero).
+// A LockInfo is a value; safe to copy and share.
 type LockInfo = kind.LockInfo
 
 // Holder is one owner of a lock: Owner ("<client id>:<n>"; an RWMutex
@@ -42,7 +44,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	return kind.Inspect(ctx, c.e, name)
 }
 
-// Locks lists the locks, elections and semaphores dlock knows of in Redis
+// Locks lists the locks, elections, semaphores and latches dlock knows of in Redis
 // (every master of a Cluster) whose names match the Redis glob pattern match
 // ("" or "*" for all): held ones, and ones with a fencing counter alive
 // (they were held in the last 24h). It finds them with SCAN in pages of
@@ -54,7 +56,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 //
 // A lock's LockInfo is Inspect's; an election's has Leader, its holder and
 // its waiting candidates (Name is the election's name); a semaphore's has
-// Permits, a holder per permit (with its TTL) and its queued waiters.
+// Permits, a holder per permit (with its TTL) and its queued waiters; a
+// latch's, Count and TTL (latches dlock's TrySetCount armed: see
+// CountDownLatch). Inspect reads locks only.
 func (c *Client) Locks(ctx context.Context, match string) ([]LockInfo, error) {
 	return kind.Locks(ctx, c.e, match)
 }

@@ -22,8 +22,10 @@ import (
 // it; "redisson_countdownlatch__channel__{name}" carries "1" when a count is
 // set and "0" when it reaches zero. dlock adds dlock:latch-downs:{name}, a
 // set of the ids of the count-downs made, living as long as the count, so
-// that a count-down go-redis resends counts once. A latch and a lock must
-// not share a name.
+// that a count-down go-redis resends counts once, and dlock:latch:{name},
+// a marker set with the count and deleted with it, by which Client.Locks
+// finds the latch (a latch Redisson armed has none and is not listed). A
+// latch and a lock must not share a name.
 type CountDownLatch struct{ p kind.Latch }
 
 // CountDownLatch returns a handle on the latch name. A bad name is reported

@@ -70,7 +70,7 @@ func TestLatchTrySetCount(t *testing.T) {
 	rdb := rdbFor(t, shared)
 	c := newClient(t, shared)
 	ks := keys.Latch("latch:set")
-	watchTTLs(t, rdb, ks.Count, ks.Downs)
+	watchTTLs(t, rdb, ks.Count, ks.Downs, ks.Marker)
 	l := c.CountDownLatch("latch:set")
 	if n, err := l.Count(ctx); err != nil || n != 0 {
 		t.Fatalf("Count of an absent latch: %d, %v", n, err)
@@ -93,6 +93,9 @@ func TestLatchTrySetCount(t *testing.T) {
 	if d := rdb.PTTL(ctx, "latch:set").Val(); d <= 0 || d > 10*time.Second {
 		t.Fatalf("the count's TTL is %v, want at most the 10s given", d)
 	}
+	if v, d, cd := rdb.Get(ctx, ks.Marker).Val(), rdb.PTTL(ctx, ks.Marker).Val(), rdb.PTTL(ctx, ks.Count).Val(); v != "3" || d <= 0 || d > cd+time.Millisecond {
+		t.Fatalf("the latch's marker is %q living %v, the count living %v", v, d, cd)
+	}
 	if err := l.CountDown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +110,8 @@ func TestLatchTrySetCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := rdb.Exists(ctx, ks.Count).Val(); n != 0 {
-		t.Fatal("the latch was not deleted at zero")
+	if n := rdb.Exists(ctx, ks.Count, ks.Marker).Val(); n != 0 {
+		t.Fatal("the latch or its marker was not deleted at zero")
 	}
 	if n, err := l.Count(ctx); err != nil || n != 0 {
 		t.Fatalf("Count at zero: %d, %v", n, err)
@@ -127,7 +130,7 @@ func TestLatchCountDownWakesEveryClient(t *testing.T) {
 	ctx := ctxT(t)
 	rdb := rdbFor(t, shared)
 	ks := keys.Latch("latch:wake")
-	watchTTLs(t, rdb, ks.Count, ks.Downs)
+	watchTTLs(t, rdb, ks.Count, ks.Downs, ks.Marker)
 	counter := newClient(t, shared).CountDownLatch("latch:wake")
 	if ok, err := counter.TrySetCount(ctx, 2, 30*time.Second); err != nil || !ok {
 		t.Fatalf("TrySetCount: %v, %v", ok, err)
@@ -326,7 +329,8 @@ func TestLatchResentCountDownCountsOnce(t *testing.T) {
 // A latch is shared with Redisson: dlock publishes Redisson's "1" on a new
 // count and "0" at zero on Redisson's channel, and a count-down made as
 // Redisson makes it (DECR, DEL and "0" at zero) on a latch Redisson set
-// (no TTL) wakes dlock's Wait. Locks and Inspect skip the latch's keys.
+// (no TTL) wakes dlock's Wait. Locks skips a latch Redisson armed (no
+// marker), and Inspect reads locks only.
 func TestLatchSharedWithRedisson(t *testing.T) {
 	ctx := ctxT(t)
 	rdb := rdbFor(t, shared)
@@ -361,8 +365,8 @@ func TestLatchSharedWithRedisson(t *testing.T) {
 	if d := rdb.PTTL(ctx, ks.Downs).Val(); d <= 0 || d > kind.LatchDownsTTL {
 		t.Fatalf("the count-downs' set of a latch without a TTL lives %v", d)
 	}
-	if _, err := c.Locks(ctx, "*latch*"); err != nil {
-		t.Fatalf("Locks with a latch in Redis: %v", err)
+	if infos, err := c.Locks(ctx, "permanent:latch:*"); err != nil || len(infos) != 0 {
+		t.Fatalf("Locks with Redisson's latch in Redis (no marker): %+v, %v", infos, err)
 	}
 	if _, err := c.Inspect(ctx, name); !errors.Is(err, ErrNotLock) {
 		t.Fatalf("Inspect of a latch: %v, want ErrNotLock", err)

@@ -7,8 +7,10 @@ import (
 	"time"
 )
 
-// Locks finds every lock, election and semaphore by SCAN (never KEYS), with
-// holders, TTLs and waiters, and filters by a glob.
+// Locks finds every lock, election, semaphore and latch by SCAN (never
+// KEYS), with holders, TTLs and waiters, and filters by a glob. A latch is
+// found by its marker: one Redisson armed (no marker), and a marker whose
+// count is gone, are not listed.
 func TestLocksListsEverything(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
@@ -58,6 +60,16 @@ func TestLocksListsEverything(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 
+	l := a.CountDownLatch("job:latch")
+	if ok, err := l.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, "job:redisson-latch", 2, time.Minute) // Redisson's trySetCount: no marker
+	rdb.Set(ctx, "dlock:latch:{job:gone}", 1, time.Minute)
+
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +85,7 @@ func TestLocksListsEverything(t *testing.T) {
 	for _, info := range all {
 		got[info.Type+" "+info.Name] = info
 	}
-	if len(got) != 4 {
+	if len(got) != 5 {
 		t.Fatalf("found %v", all)
 	}
 	if l := got["lock job:mutex"]; !l.Locked || len(l.Holders) != 1 || l.Holders[0].Owner != m.Owner() || l.TTL <= 0 || len(l.Waiters) != 1 {
@@ -88,11 +100,14 @@ func TestLocksListsEverything(t *testing.T) {
 	if l := got["semaphore job:sem"]; !l.Locked || l.Permits != 2 || len(l.Holders) != 2 || l.Holders[0].TTL <= 0 || len(l.Waiters) != 1 {
 		t.Errorf("semaphore %+v", l)
 	}
+	if l := got["latch job:latch"]; !l.Locked || l.Count != 2 || l.TTL <= 0 || l.TTL > time.Minute || len(l.Holders) != 0 {
+		t.Errorf("latch %+v", l)
+	}
 	some, err := a.Locks(ctx, "job:[ls]*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(some) != 2 || some[0].Name != "job:leader" || some[1].Name != "job:sem" {
+	if len(some) != 3 || some[0].Name != "job:leader" || some[1].Name != "job:latch" || some[2].Name != "job:sem" {
 		t.Fatalf("Locks(job:[ls]*) = %+v", some)
 	}
 	//lint:ignore SA1012 nil context on purpose

@@ -128,7 +128,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration,
 	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, KindMulti, ml.name); finish != nil {
 		defer func() {
 			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
-				Err: err, Waited: time.Since(start)})
+				Err: err, Waited: time.Since(start), Weight: 1})
 		}()
 	}
 	deadline := start.Add(wait)
@@ -176,7 +176,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if final != nil {
 		// Final only when the members were held: a second Unlock (every
 		// member ErrNotHeld) released nothing.
-		final(Release{Kind: KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err})
+		final(Release{Kind: KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err, Weight: 1})
 	}
 	return err
 }

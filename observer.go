@@ -17,14 +17,15 @@ const (
 
 // Acquisition describes one attempt to take a lock or permit, reported when
 // it ends: Kind, Name, Acquired, TimedOut (the wait ran out; not an error),
-// Err (an infrastructure failure or a cancelled context), Waited, Reentry
-// and Backend (BackendRedis, or a Fallback's). Acquired false, TimedOut
-// false and Err nil: the lock was taken and the caller did not wait.
+// Err (an infrastructure failure or a cancelled context), Waited, Reentry,
+// Backend (BackendRedis, or a Fallback's) and Weight (AcquireN's n; 1 for
+// other kinds). Acquired false, TimedOut false and Err nil: the lock was
+// taken and the caller did not wait.
 type Acquisition = lease.Acquisition
 
 // Release describes one Unlock, reported when it ends: Kind, Name, Final
 // (the hold count reached zero), Held (for a final release, how long the
-// lock was held) and Err.
+// lock was held), Err and Weight (a permit's permits; 1 for other kinds).
 type Release = lease.Release
 
 // Observer is told what a Client's locks do. dlockprom implements it for
@@ -51,6 +52,11 @@ type Observer = lease.Observer
 // WithLongHoldAlert: HeldLong(kind, name, held) is called once per such
 // hold, from the watchdog. It must not block.
 type LongHoldObserver = lease.LongHoldObserver
+
+// LatchObserver is an Observer that also hears of CountDownLatch calls:
+// CountedDown(name, err) after each CountDown, LatchWaited(name, waited,
+// err) when a Wait returns (err nil: the latch opened). Must not block.
+type LatchObserver = lease.LatchObserver
 
 // NopObserver implements Observer doing nothing; embed it.
 type NopObserver = lease.NopObserver

@@ -11,9 +11,10 @@
 //
 // # Metrics
 //
-// Every metric except the renewal counters carries the label kind, the lock
-// type: "mutex", "fair", "read", "write", "multi" (dlock.Kind). Lock names are
-// never labels: a service may use millions of names, and each would be a time series.
+// Every metric except the renewal, semaphore-permit and latch ones carries
+// the label kind, the lock type: "mutex", "fair", "read", "write", "multi",
+// "semaphore" (dlock.Kind). Lock names are never labels: a service may use
+// millions of names, and each would be a time series.
 //
 //	dlock_acquire_attempts_total{kind}    acquisitions that ended (re-entries excluded)
 //	dlock_acquired_total{kind}            of those, the grants
@@ -25,6 +26,24 @@
 //	dlock_lost_total{kind}                holds that ended without Unlock (lost)
 //	dlock_renewals_total                  locks carried by watchdog renewal calls
 //	dlock_renewal_failures_total          of those, locks whose renewal call failed
+//
+// # Semaphores and latches
+//
+// A Semaphore's permit is a hold of kind "semaphore": the metrics above
+// count Permits (an AcquireN(3) is one acquisition, one in dlock_held).
+// Their weight is counted apart:
+//
+//	dlock_semaphore_permits_held          gauge: permits held (AcquireN's n summed) through observed Clients
+//
+// It rises by n at a grant and falls by n at the Permit's Release, which
+// the handle needs whatever happened: a lost permit counts until its
+// Release (dlock_held drops it at the loss, when its weight is not known).
+//
+// Metrics implements dlock.LatchObserver for count-down latches:
+//
+//	dlock_latch_countdowns_total          CountDown calls Redis applied
+//	dlock_latch_waits_total               Wait calls that returned nil (the latch open)
+//	dlock_latch_errors_total{op}          CountDown (op "countdown") and Wait (op "wait") calls that failed
 //
 // An acquisition is counted when it ends, so attempts = acquired + timeouts +
 // errors always holds. A TryLock with wait <= 0 that finds the lock taken
@@ -79,11 +98,16 @@ type Metrics struct {
 	backendGrants   *prometheus.CounterVec
 	fallbacks       *prometheus.CounterVec
 	breakerState    prometheus.Gauge
+	permitsHeld     prometheus.Gauge
+	countdowns      prometheus.Counter
+	latchWaits      prometheus.Counter
+	latchErrors     *prometheus.CounterVec
 }
 
 var (
 	_ dlock.Observer         = (*Metrics)(nil)
 	_ dlock.LongHoldObserver = (*Metrics)(nil)
+	_ dlock.LatchObserver    = (*Metrics)(nil)
 )
 
 // Option configures New. Options are plain functions applied in order; they
@@ -247,9 +271,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.breakerState = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: name("breaker_state"), Help: "The fallback circuit breaker: 0 closed (Redis in use), 1 half-open (probing), 2 open (fallback).", ConstLabels: cfg.constLabels,
 	})
+	m.beyond(name, cfg.constLabels)
 	cs := []prometheus.Collector{m.attempts, m.acquired, m.waitTimeouts, m.acquireErrors,
 		m.waitDuration, m.holdDuration, m.held, m.lost, m.maxHold, m.longHolds, m.renewals, m.renewalFailures,
-		m.backendGrants, m.fallbacks, m.breakerState}
+		m.backendGrants, m.fallbacks, m.breakerState, m.permitsHeld, m.countdowns, m.latchWaits, m.latchErrors}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -259,6 +284,22 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// beyond makes the metrics of semaphore permits and latches.
+func (m *Metrics) beyond(name func(string) string, labels prometheus.Labels) {
+	m.permitsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: name("semaphore_permits_held"), Help: "Semaphore permits held through the observed clients, each Permit counting its AcquireN n; a lost permit counts until its Release.", ConstLabels: labels,
+	})
+	m.countdowns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: name("latch_countdowns_total"), Help: "Count-down latch CountDown calls that Redis applied.", ConstLabels: labels,
+	})
+	m.latchWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: name("latch_waits_total"), Help: "Count-down latch Wait calls that returned with the latch open.", ConstLabels: labels,
+	})
+	m.latchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("latch_errors_total"), Help: "Count-down latch calls that failed (Redis error, cancelled context, closed client), by op: countdown or wait.", ConstLabels: labels,
+	}, []string{"op"})
 }
 
 // AcquireStarted implements dlock.Observer; safe for concurrent use. The acquisition is counted when
@@ -279,6 +320,9 @@ func (m *Metrics) acquisition(a dlock.Acquisition) {
 		m.acquired.WithLabelValues(k).Inc()
 		if a.Backend == "" || a.Backend == dlock.BackendRedis {
 			m.held.WithLabelValues(k).Inc() // fallback holds report no release
+		}
+		if a.Kind == dlock.KindSemaphore {
+			m.permitsHeld.Add(float64(max(a.Weight, 1)))
 		}
 		backend := a.Backend
 		if backend == "" {
@@ -304,9 +348,17 @@ func (m *Metrics) ReleaseStarted(_ context.Context, _ dlock.Kind, _ string) func
 }
 
 func (m *Metrics) release(r dlock.Release) {
-	if !r.Final || errors.Is(r.Err, dlock.ErrClosed) {
-		// An Unlock refused because the client is closing leaves the hold to
-		// Close, whose own final release is reported.
+	if !r.Final {
+		// An Unlock refused because the client is closing (ErrClosed) is
+		// not final: it leaves the hold to Close, whose own final release
+		// is reported.
+		return
+	}
+	if r.Kind == dlock.KindSemaphore {
+		m.permitsHeld.Sub(float64(max(r.Weight, 1)))
+	}
+	if errors.Is(r.Err, dlock.ErrClosed) {
+		// Close's release of a hold it ended: Lost counted it.
 		return
 	}
 	k := string(r.Kind)
@@ -333,6 +385,26 @@ func (m *Metrics) Lost(kind dlock.Kind, _ string, err error) {
 // the Client's long-hold threshold. Safe for concurrent use.
 func (m *Metrics) HeldLong(kind dlock.Kind, _ string, _ time.Duration) {
 	m.longHolds.WithLabelValues(string(kind)).Inc()
+}
+
+// CountedDown implements dlock.LatchObserver: it counts a CountDown, or
+// its failure. Safe for concurrent use.
+func (m *Metrics) CountedDown(_ string, err error) {
+	if err != nil {
+		m.latchErrors.WithLabelValues("countdown").Inc()
+		return
+	}
+	m.countdowns.Inc()
+}
+
+// LatchWaited implements dlock.LatchObserver: it counts a Wait that
+// returned, with the latch open or failed. Safe for concurrent use.
+func (m *Metrics) LatchWaited(_ string, _ time.Duration, err error) {
+	if err != nil {
+		m.latchErrors.WithLabelValues("wait").Inc()
+		return
+	}
+	m.latchWaits.Inc()
 }
 
 // Renewed implements dlock.Observer: n locks renewed, all n counted as

@@ -408,3 +408,157 @@ func hasMetric(t *testing.T, reg *prometheus.Registry, name string) bool {
 	}
 	return false
 }
+
+// Semaphore permits are holds of kind "semaphore" (a Permit counts once in
+// dlock_held however many permits it takes), and
+// dlock_semaphore_permits_held sums their weight: up by n at a grant, down
+// by n at the Release, a lost permit's included, and at Close.
+func TestSemaphorePermits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	c := newClient(t, dlock.WithObserver(m))
+	s := c.Semaphore("prom-sem", 5)
+	p3, err := s.AcquireN(ctx, 3, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := s.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permits := func(want float64) {
+		t.Helper()
+		eventually(t, reg, "dlock_semaphore_permits_held", want)
+	}
+	permits(4)
+	eventually(t, reg, "dlock_held", 2)
+	if p, err := s.AcquireN(ctx, 2, 0, 0); p != nil || !errors.Is(err, dlock.ErrWaitTimeout) { // 4 of 5 taken: no room for 2
+		t.Fatal(p, err)
+	}
+	if err := p3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	permits(1)
+
+	// A permit whose lease ends is lost: dlock_held drops at once, its
+	// permits at its Release.
+	p2, err := s.AcquireN(ctx, 2, 0, 100*time.Millisecond)
+	if err != nil || p2 == nil {
+		t.Fatal(p2, err)
+	}
+	permits(3)
+	select {
+	case <-p2.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease did not end")
+	}
+	eventually(t, reg, "dlock_held", 1)
+	permits(3)
+	if err := p2.Release(ctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release of a lost permit: %v", err)
+	}
+	permits(1)
+
+	// Close releases another Client's permits, and counts them out.
+	c2, err := dlock.New(shared.NewClient(t), dlock.WithObserver(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c2.Semaphore("prom-sem", 5).AcquireN(ctx, 2, 0, 0); err != nil || p == nil {
+		t.Fatal(p, err)
+	}
+	permits(3)
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	permits(1)
+	if err := p1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	permits(0)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP dlock_acquired_total Lock acquisitions that were granted, by lock kind.
+# TYPE dlock_acquired_total counter
+dlock_acquired_total{kind="semaphore"} 4
+# HELP dlock_wait_timeouts_total Lock acquisitions whose wait time ran out, by lock kind.
+# TYPE dlock_wait_timeouts_total counter
+dlock_wait_timeouts_total{kind="semaphore"} 1
+`), "dlock_acquired_total", "dlock_wait_timeouts_total"); err != nil {
+		t.Fatal(err)
+	}
+	lint(t, reg)
+}
+
+// dlockprom counts a latch's count-downs and the Waits that saw it open,
+// and the calls of either that failed; a call refused for its arguments is
+// not counted.
+func TestLatchMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	c := newClient(t, dlock.WithObserver(m))
+	l := c.CountDownLatch("prom-latch")
+	if ok, err := l.TrySetCount(ctx, 2, 10*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- l.Wait(ctx) }()
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+	if err := l.Wait(ctx); err != nil { // absent: open at once
+		t.Fatal(err)
+	}
+	if ok, err := l.TrySetCount(ctx, 1, 10*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a closed latch: %v", err)
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if err := l.CountDown(done); err == nil {
+		t.Fatal("CountDown with a cancelled context succeeded")
+	}
+	//lint:ignore SA1012 nil context on purpose
+	if err := l.CountDown(nil); !errors.Is(err, dlock.ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatal(err)
+	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP dlock_latch_countdowns_total Count-down latch CountDown calls that Redis applied.
+# TYPE dlock_latch_countdowns_total counter
+dlock_latch_countdowns_total 3
+# HELP dlock_latch_errors_total Count-down latch calls that failed (Redis error, cancelled context, closed client), by op: countdown or wait.
+# TYPE dlock_latch_errors_total counter
+dlock_latch_errors_total{op="countdown"} 1
+dlock_latch_errors_total{op="wait"} 1
+# HELP dlock_latch_waits_total Count-down latch Wait calls that returned with the latch open.
+# TYPE dlock_latch_waits_total counter
+dlock_latch_waits_total 2
+`), "dlock_latch_countdowns_total", "dlock_latch_errors_total", "dlock_latch_waits_total"); err != nil {
+		t.Fatal(err)
+	}
+	lint(t, reg)
+}

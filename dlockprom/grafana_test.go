@@ -174,6 +174,11 @@ func exercisedMetrics(t *testing.T) map[string]bool {
 	m.AcquireStarted(ctx, dlock.KindMutex, "x")(dlock.Acquisition{Kind: dlock.KindMutex, Name: "x", Acquired: true, Backend: "mysql"})
 	m.FellBack(dlock.KindMutex, "x", "mysql", dlock.ErrUnavailable)
 	m.BreakerChanged("open")
+	m.AcquireStarted(ctx, dlock.KindSemaphore, "x")(dlock.Acquisition{Kind: dlock.KindSemaphore, Name: "x", Acquired: true, Weight: 3})
+	m.CountedDown("x", nil)
+	m.CountedDown("x", errors.New("down"))
+	m.LatchWaited("x", time.Millisecond, nil)
+	m.LatchWaited("x", time.Millisecond, errors.New("down"))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

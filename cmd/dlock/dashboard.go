@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 //go:embed web
@@ -43,6 +44,7 @@ const (
 )
 
 type dashboardFlags struct {
+	space       keys.Space // --namespace
 	listen      string
 	interval    time.Duration
 	maxLocks    int
@@ -59,7 +61,9 @@ func (a *app) dashboardCommand() *cobra.Command {
 offline) that shows, live, the locks dlock knows of in --redis: name, kind
 (mutex: a Mutex or FairMutex, which share the layout; rwlock: a read-write
 lock), holders (host and process id), remaining TTL, last fencing token and
-queued waiters. With --metrics it also scrapes the application's Prometheus
+queued waiters; and its semaphores (size, the permits held by each permit's
+weight, free permits, holders and waiters) and count-down latches (count
+and TTL). With --metrics it also scrapes the application's Prometheus
 endpoint (dlockprom's metrics) and shows grant, attempt and wait-timeout
 rates and the mean wait. It prints the page's URL on stdout and runs until
 interrupted (Ctrl-C).
@@ -67,7 +71,10 @@ interrupted (Ctrl-C).
 The locks dlock knows of are the hashes whose fields look like lock owners
 ("<client id>:<n>", and "mode" for read-write locks: dlock's and Redisson's
 layout) and the names with a fencing counter (dlock:fence:*, kept 24h after
-the last grant), held ones first, at most --max-locks.
+the last grant); the semaphores are those with permits held
+(dlock:semaphore:*), the latches those dlock armed (their marker
+dlock:latch:*: a latch Redisson armed has none and is not shown). Held and
+armed ones first, at most --max-locks entries in all.
 
 Cost for Redis. The page polls the server every --interval, but the server
 refreshes at most once per --interval however many browsers watch (they
@@ -76,10 +83,14 @@ master node, is:
   SCAN ... TYPE hash COUNT 1000           one call per 1000 keys in the database
   HRANDFIELD key 5                        one per hash found, pipelined per SCAN page
   SCAN ... MATCH dlock:fence:* COUNT 1000 one call per 1000 keys in the database
-and then, per lock shown (at most --max-locks), one MULTI of TYPE, HGETALL,
-PTTL, GET, LRANGE and ZCARD: 8 commands in one round trip. So a database of
-N keys with H hashes and L locks costs about 2*N/1000 + H + 8*L commands per
-refresh; never KEYS. The page shows the count of the last refresh.
+  SCAN ... MATCH dlock:semaphore:* ...    one call per 1000 keys in the database
+  SCAN ... MATCH dlock:latch:* ...        one call per 1000 keys in the database
+and then, per entry shown (at most --max-locks), one MULTI in one round
+trip: for a lock TYPE, HGETALL, PTTL, GET, LRANGE and ZCARD (8 commands),
+for a semaphore TIME, ZRANGE, GET, LRANGE and PTTL (7), for a latch GET and
+PTTL (4). So a database of N keys with H hashes, L locks, S semaphores and
+C latches costs about 4*N/1000 + H + 8*L + 7*S + 4*C commands per refresh;
+never KEYS. The page shows the count of the last refresh.
 
 Read-only by default. With --allow-unlock each held lock gets a "Force
 unlock" button that asks for confirmation and then POSTs to the server with
@@ -98,6 +109,9 @@ use, 69 Redis unreachable at start.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkDashboardFlags(&f); err != nil {
 				return err
+			}
+			if a.namespace != "" {
+				f.space, _ = keys.NewSpace(a.namespace) // checked before RunE
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -172,17 +186,17 @@ func isLoopback(a net.Addr) bool {
 
 // snapshot is GET /api/locks's JSON.
 type snapshot struct {
-	Redis       string      `json:"redis"`
-	At          time.Time   `json:"at"`
-	IntervalMs  int64       `json:"interval_ms"`
-	Seq         int64       `json:"refresh"` // counts the refreshes (scans) since start
-	Locks       []lockState `json:"locks"`
-	More        int         `json:"more"` // locks found but not shown (--max-locks)
-	Cost        scanCost    `json:"cost"`
-	Commands    int         `json:"commands"` // Redis commands of this refresh
-	Error       string      `json:"error,omitempty"`
-	Metrics     *rates      `json:"metrics,omitempty"`
-	AllowUnlock bool        `json:"allow_unlock"`
+	Redis       string        `json:"redis"`
+	At          time.Time     `json:"at"`
+	IntervalMs  int64         `json:"interval_ms"`
+	Seq         int64         `json:"refresh"` // counts the refreshes (scans) since start
+	Locks       []listedState `json:"locks"`
+	More        int           `json:"more"` // locks found but not shown (--max-locks)
+	Cost        scanCost      `json:"cost"`
+	Commands    int           `json:"commands"` // Redis commands of this refresh
+	Error       string        `json:"error,omitempty"`
+	Metrics     *rates        `json:"metrics,omitempty"`
+	AllowUnlock bool          `json:"allow_unlock"`
 }
 
 // dashboard is the HTTP handler. Its refresh is cached for the interval:
@@ -280,10 +294,10 @@ func (d *dashboard) snapshot(ctx context.Context) []byte {
 	defer cancel()
 	d.seq++
 	s := snapshot{Redis: d.where, At: time.Now().UTC(), IntervalMs: d.f.interval.Milliseconds(), Seq: d.seq,
-		Locks: []lockState{}, AllowUnlock: d.f.allowUnlock}
-	f, err := discover(ctx, d.rdb, d.f.maxLocks)
+		Locks: []listedState{}, AllowUnlock: d.f.allowUnlock}
+	f, err := discover(ctx, d.rdb, d.f.space, d.f.maxLocks)
 	if err == nil {
-		s.Locks, s.More, err = readLocks(ctx, d.locks, &f, d.f.maxLocks)
+		s.Locks, s.More, err = readLocks(ctx, d.rdb, d.locks, &f, d.f.maxLocks)
 	}
 	if err != nil {
 		s.Error = "reading Redis: " + oneLine(err.Error())

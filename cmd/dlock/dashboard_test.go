@@ -431,9 +431,10 @@ func TestDashboardCache(t *testing.T) {
 		}
 	}
 	s := snapshotOf(t, base)
-	// 4 locks: 2 SCAN calls (one page each), a probe per hash (3 lock
-	// hashes and user:1), 8 commands per lock.
-	if s.Cost.Scans != 2 || s.Cost.Probes != 4 || s.Cost.Inspect != 4*inspectCommands || s.Commands != 2+4+32 || len(s.Locks) != 4 {
+	// 4 locks: 4 SCAN calls (hashes, fencing counters, semaphores,
+	// latches: one page each), a probe per hash (3 lock hashes and user:1),
+	// 8 commands per lock.
+	if s.Cost.Scans != 4 || s.Cost.Probes != 4 || s.Cost.Inspect != 4*inspectCommands || s.Cost.Reads != 4 || s.Commands != 4+4+32 || len(s.Locks) != 4 {
 		t.Fatalf("cost %+v, %d commands, %d locks", s.Cost, s.Commands, len(s.Locks))
 	}
 	// The server's own count agrees (SCAN, HRANDFIELD, MULTI blocks).
@@ -441,7 +442,7 @@ func TestDashboardCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats["scan"] != 2 || stats["hrandfield"] != 4 {
+	if stats["scan"] != 4 || stats["hrandfield"] != 4 {
 		t.Fatalf("server ran %d SCAN and %d HRANDFIELD", stats["scan"], stats["hrandfield"])
 	}
 }
@@ -508,4 +509,81 @@ func listenLoopback(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// The page shows semaphores (size, permits held by weight, free, holders
+// with their weight, waiters) and latches (count, TTL) beside the locks,
+// offers no force unlock for them, and counts their reads in the cost.
+func TestDashboardSemaphoresAndLatches(t *testing.T) {
+	r := testenv.StartRedis(t)
+	ctx := ctxT(t)
+	c := newClient(t, r)
+	s := c.Semaphore("pool:gpu", 5)
+	p3, err := s.AcquireN(ctx, 3, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Release(context.Background())
+	p1, err := s.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Release(context.Background())
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		if p, err := newClient(t, r).Semaphore("pool:gpu", 5).AcquireN(bg, 2, 50*time.Second, 0); err == nil {
+			_ = p.Release(context.Background())
+		}
+	}()
+	rdb := r.NewClient(t)
+	for rdb.LLen(ctx, keys.Semaphore("pool:gpu").Queue).Val() != 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the semaphore's waiter never queued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	l := c.CountDownLatch("import:shards")
+	if ok, err := l.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Mutex("orders:settle")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(context.Background())
+
+	_, base := dashboardStart(t, r, "--interval", "500ms", "--allow-unlock")
+	dom := browse(t, base, "--dump-dom")
+	sem := rowOf(t, dom, "pool:gpu")
+	mustContain(t, "pool:gpu row", sem, ">semaphore<", "badge held", ">4 of 5 held · 1 free<", " · ×3", ">1 waiting<", `class="waiter"`)
+	latch := rowOf(t, dom, "import:shards")
+	mustContain(t, "import:shards row", latch, ">latch<", ">count 2<")
+	if !regexp.MustCompile(`class="ttl num">[0-9.]+ s<`).MatchString(latch) {
+		t.Fatalf("the latch's TTL is not shown:\n%s", latch)
+	}
+	for _, row := range []string{sem, latch} {
+		if strings.Contains(row, "Force unlock") {
+			t.Fatalf("force unlock offered for a semaphore or latch:\n%s", row)
+		}
+	}
+	mustContain(t, "orders:settle row", rowOf(t, dom, "orders:settle"), "Force unlock")
+	mustContain(t, "summary", dom, `id="count-locks" class="value">3<`, `id="count-held" class="value">3<`)
+
+	snap := snapshotOf(t, base)
+	if snap.Cost.Reads != 3 || snap.Cost.Inspect != inspectCommands+semaphoreCommands+latchCommands {
+		t.Fatalf("cost %+v", snap.Cost)
+	}
+	for _, e := range snap.Locks {
+		if e.Type == "semaphore" && (e.Permits != 5 || e.Taken != 4 || e.Free != 1) {
+			t.Fatalf("semaphore %+v", e)
+		}
+		if e.Type == "latch" && (e.Count != 2 || e.TTLms <= 0) {
+			t.Fatalf("latch %+v", e)
+		}
+	}
+	stop()
 }

@@ -86,15 +86,18 @@ With --json it prints one JSON array with an object per NAME:
    "pid", "ttl_ms"}], "waiting_writers"}
 host is "" and pid 0 when the owner is not in dlock's default form.
 
-With --all it lists every lock, election and semaphore dlock knows of in the
-Redis (every master of a Cluster), found with SCAN in pages (never KEYS):
-held ones and ones whose fencing counter is alive. --match keeps the names
-matching a Redis glob pattern. Each entry says its type ("lock", "election",
-"semaphore"), its holders with their TTLs, and its waiters: an election's
-leader value and waiting candidates, a semaphore's size and permits taken,
-each holder's permit with how many permits it holds (its "count"; a permit
-of AcquireN(k) has an id ending in "#k") and the queued waiters. With --json
-each object also has "type", "leader" and "permits" (the size), and a
+With --all it lists every lock, election, semaphore and count-down latch
+dlock knows of in the Redis (every master of a Cluster), found with SCAN in
+pages (never KEYS): held ones and ones whose fencing counter is alive.
+--match keeps the names matching a Redis glob pattern. Each entry says its
+type ("lock", "election", "semaphore", "latch"), its holders with their
+TTLs, and its waiters: an election's leader value and waiting candidates, a
+semaphore's size, permits taken and free, each holder's permit with how
+many permits it holds (its "count"; a permit of AcquireN(k) has an id
+ending in "#k") and the queued waiters; a latch's count and TTL (latches
+armed by dlock: one armed by Redisson has no dlock:latch:{name} marker and
+is not found). With --json each object also has "type", "leader",
+"permits" (the size), "taken", "free" and "count" (a latch's), and a
 semaphore holder has "ttl_ms".
 
 Exit codes: 0 done, 1 a NAME is not a lock (another Redis type) or another
@@ -153,7 +156,7 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.Flags().BoolVar(&all, "all", false, "list every lock, election and semaphore (SCAN)")
+	cmd.Flags().BoolVar(&all, "all", false, "list every lock, election, semaphore and latch (SCAN)")
 	cmd.Flags().StringVar(&match, "match", "", "with --all: only names matching this Redis glob pattern")
 	return cmd
 }

@@ -10,13 +10,38 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// listedState is one entry of inspect --all: a lock's state, and what an
-// election or a semaphore adds.
+// listedState is one entry of inspect --all and of the dashboard: a lock's
+// state, and what an election, a semaphore or a latch adds.
 type listedState struct {
-	Type string `json:"type"` // "lock", "election" or "semaphore"
+	Type string `json:"type"` // "lock", "election", "semaphore" or "latch"
 	lockState
 	Leader  string `json:"leader"`  // an election's leader value
 	Permits int    `json:"permits"` // a semaphore's number of permits (its size)
+	// Taken is the permits a semaphore's holders take (each holder's
+	// count summed), Free what is left of its size (0 when SetPermits
+	// shrank it below Taken).
+	Taken int64 `json:"taken"`
+	Free  int64 `json:"free"`
+	// Count is a latch's count (Locked while above zero).
+	Count int64 `json:"count"`
+}
+
+// listed converts the library's snapshot of any type.
+func listed(info dlock.LockInfo) listedState {
+	st := listedState{Type: info.Type, lockState: stateOf(info), Leader: info.Leader, Permits: info.Permits, Count: info.Count}
+	switch info.Type {
+	case dlock.TypeElection:
+		st.Kind = "election"
+	case dlock.TypeSemaphore:
+		st.Kind = "semaphore"
+		for _, h := range info.Holders {
+			st.Taken += h.Count
+		}
+		st.Free = max(int64(info.Permits)-st.Taken, 0)
+	case dlock.TypeLatch:
+		st.Kind = "latch"
+	}
+	return st
 }
 
 // inspectAll lists everything Client.Locks finds.
@@ -37,14 +62,7 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
 	}
 	out := make([]listedState, 0, len(infos))
 	for _, info := range infos {
-		st := listedState{Type: info.Type, lockState: stateOf(info), Leader: info.Leader, Permits: info.Permits}
-		switch info.Type {
-		case dlock.TypeElection:
-			st.Kind = "election"
-		case dlock.TypeSemaphore:
-			st.Kind = "semaphore"
-		}
-		out = append(out, st)
+		out = append(out, listed(info))
 	}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -52,7 +70,7 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
 		return enc.Encode(out)
 	}
 	if len(out) == 0 {
-		fmt.Fprintln(a.stdout, "no locks, elections or semaphores found")
+		fmt.Fprintln(a.stdout, "no locks, elections, semaphores or latches found")
 	}
 	for _, st := range out {
 		printListed(a.stdout, st)
@@ -76,17 +94,19 @@ func printListed(w io.Writer, st listedState) {
 			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
 		}
 	case dlock.TypeSemaphore:
-		taken := int64(0)
-		for _, h := range st.Holders {
-			taken += h.Count
-		}
-		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken\n", displayName(st.Name), taken, st.Permits)
+		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken, %d free\n", displayName(st.Name), st.Taken, st.Permits, st.Free)
 		for _, h := range st.Holders {
 			fmt.Fprintf(w, "  permit  %s  x%d  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), h.Count, time.Duration(h.TTLms)*time.Millisecond, h.Owner)
 		}
 		for _, q := range st.Waiters {
 			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
 		}
+	case dlock.TypeLatch:
+		expires := "no TTL (not set by dlock?)"
+		if st.TTLms > 0 {
+			expires = fmt.Sprintf("expires in %v", time.Duration(st.TTLms)*time.Millisecond)
+		}
+		fmt.Fprintf(w, "latch %s: count %d, %s\n", displayName(st.Name), st.Count, expires)
 	default:
 		fmt.Fprint(w, "lock ")
 		printState(w, st.lockState)

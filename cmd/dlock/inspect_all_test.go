@@ -3,13 +3,15 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
-// inspect --all lists the locks, elections and semaphores of a Redis (by
-// SCAN, never KEYS), with holders, TTLs and waiters, as text and JSON, and
-// --match filters by name.
+// inspect --all lists the locks, elections, semaphores and latches of a
+// Redis (by SCAN, never KEYS), with holders, TTLs and waiters, a
+// semaphore's permits held by weight and free, a latch's count, as text and
+// JSON, and --match filters by name.
 func TestInspectAll(t *testing.T) {
 	r := testenv.StartRedis(t)
 	c := newClient(t, r)
@@ -34,6 +36,19 @@ func TestInspectAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p3.Release(ctx)
+	big := c.Semaphore("all:big", 10)
+	p4, err := big.AcquireN(ctx, 4, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p4.Release(ctx)
+	l := c.CountDownLatch("all:latch")
+	if ok, err := l.TrySetCount(ctx, 3, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.ResetStats(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +58,10 @@ func TestInspectAll(t *testing.T) {
 	for _, want := range []string{
 		`election all:leader: leader "host-a", expires in`,
 		"lock all:mutex: locked, expires in",
-		"semaphore all:sem: 3 of 3 permits taken",
+		"semaphore all:sem: 3 of 3 permits taken, 0 free",
+		"semaphore all:big: 4 of 10 permits taken, 6 free",
+		"  x4  expires in", "(id " + p4.ID() + ")",
+		"latch all:latch: count 2, expires in",
 		"  x1  expires in", "(id " + p.ID() + ")",
 		"  x2  expires in", "(id " + p3.ID() + ")",
 	} {
@@ -63,14 +81,27 @@ func TestInspectAll(t *testing.T) {
 	wantCode(t, res, 0)
 	var got []listedState
 	decodeStrict(t, res.stdout, &got, "type", "name", "locked", "kind", "mode", "holders", "ttl_ms", "token",
-		"waiters", "waiting_writers", "leader", "permits")
-	if len(got) != 1 || got[0].Type != "semaphore" || got[0].Permits != 3 || len(got[0].Holders) != 2 {
+		"waiters", "waiting_writers", "leader", "permits", "taken", "free", "count")
+	if len(got) != 1 || got[0].Type != "semaphore" || got[0].Permits != 3 || len(got[0].Holders) != 2 || got[0].Taken != 3 || got[0].Free != 0 {
 		t.Fatalf("--match all:s* --json: %+v", got)
 	}
 	for _, h := range got[0].Holders {
 		if want := map[string]int64{p.ID(): 1, p3.ID(): 2}[h.Owner]; h.Count != want || h.TTLms <= 0 {
 			t.Fatalf("--match all:s* --json: holder %+v, want count %d", h, want)
 		}
+	}
+
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--match", "all:[bl][ia]*", "--json")
+	wantCode(t, res, 0)
+	got = nil
+	decodeStrict(t, res.stdout, &got, "type", "name", "locked", "kind", "mode", "holders", "ttl_ms", "token",
+		"waiters", "waiting_writers", "leader", "permits", "taken", "free", "count")
+	if len(got) != 2 || got[0].Type != "latch" || got[0].Name != "all:latch" || got[0].Count != 2 || !got[0].Locked ||
+		got[0].TTLms <= 0 || got[0].TTLms > time.Minute.Milliseconds() {
+		t.Fatalf("--match all:[bl][ia]* --json: latch %+v", got)
+	}
+	if s := got[1]; s.Type != "semaphore" || s.Permits != 10 || s.Taken != 4 || s.Free != 6 || len(s.Holders) != 1 || s.Holders[0].Count != 4 {
+		t.Fatalf("--match all:[bl][ia]* --json: semaphore %+v", s)
 	}
 
 	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "all:mutex")

@@ -1,5 +1,5 @@
 // Package discover finds, with SCAN in pages (never KEYS), the locks,
-// elections and semaphores dlock knows of in a Redis: the library's
+// elections, semaphores and count-down latches dlock knows of in a Redis: the library's
 // Client.Locks and the CLI's dashboard share it.
 //
 // Locks are hashes whose fields look like lock owners ("<client id>:<n>",
@@ -7,7 +7,9 @@
 // a sample of each hash's fields (HRANDFIELD, pipelined per page), plus the
 // names that only have a fencing counter left (SCAN MATCH dlock:fence:*).
 // Elections are the hashes and counters of names under keys.ElectionPrefix;
-// semaphores the sorted sets under keys.SemaphorePrefix.
+// semaphores the sorted sets under keys.SemaphorePrefix; latches the
+// markers under keys.LatchPrefix that dlock's TrySetCount sets beside a
+// latch's count (a latch Redisson armed has none and is not found).
 package discover
 
 import (
@@ -59,6 +61,8 @@ type Options struct {
 	Limit int
 	// Semaphores adds a SCAN TYPE zset for semaphores.
 	Semaphores bool
+	// Latches adds a SCAN TYPE string for the markers of latches.
+	Latches bool
 	// Space is the namespace searched: only its keys are scanned, and names
 	// are reported without it.
 	Space keys.Space
@@ -77,10 +81,13 @@ type Found struct {
 	Locks      map[string]bool // every lock name (held, or with a fencing counter)
 	Elections  map[string]bool // election names (with a lock hash or a counter)
 	Semaphores map[string]bool // semaphore names with permits held
+	Latches    map[string]bool // names of latches dlock armed (with a marker alive)
 	Cost       Cost
 }
 
-func (f *Found) size() int { return len(f.Locks) + len(f.Elections) + len(f.Semaphores) }
+func (f *Found) size() int {
+	return len(f.Locks) + len(f.Elections) + len(f.Semaphores) + len(f.Latches)
+}
 
 // Masters calls fn for every master node: the Cluster's masters, or the one
 // server (a Sentinel client talks to the current master).
@@ -96,15 +103,24 @@ func Masters(ctx context.Context, rdb redis.UniversalClient, fn func(context.Con
 
 // Run scans every master of rdb.
 func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, error) {
-	r := &run{o: o, f: Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{}, Semaphores: map[string]bool{}}}
+	r := &run{o: o, f: Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{},
+		Semaphores: map[string]bool{}, Latches: map[string]bool{}}}
 	err := Masters(ctx, rdb, func(ctx context.Context, node *redis.Client) error {
 		if err := scan(ctx, node, globPrefix(o.Space.Prefix()), "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
 			return err
 		}
-		if err := scan(ctx, node, globPrefix(o.Space.Prefix()+"dlock:fence:"), "string", r.fences); err != nil || !o.Semaphores {
+		if err := scan(ctx, node, globPrefix(o.Space.Prefix()+"dlock:fence:"), "string", r.fences); err != nil {
 			return err
 		}
-		return scan(ctx, node, globPrefix(o.Space.Prefix()+keys.SemaphorePrefix+":"), "zset", r.semaphores)
+		if o.Semaphores {
+			if err := scan(ctx, node, globPrefix(o.Space.Prefix()+keys.SemaphorePrefix+":"), "zset", r.named(keys.SemaphorePrefix, r.f.Semaphores)); err != nil {
+				return err
+			}
+		}
+		if o.Latches {
+			return scan(ctx, node, globPrefix(o.Space.Prefix()+keys.LatchPrefix+":"), "string", r.named(keys.LatchPrefix, r.f.Latches))
+		}
+		return nil
 	})
 	// Held names first: a lock seen by both scans is held.
 	return r.f, err
@@ -185,18 +201,22 @@ func (r *run) fences(ks []string) (bool, error) {
 	return r.full(), nil
 }
 
-// semaphores files the names of a page of semaphores' permit sets.
-func (r *run) semaphores(ks []string) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.f.Cost.Scans++
-	r.f.Cost.Keys += len(ks)
-	for _, k := range ks {
-		if n, ok := r.o.Space.NameFromCompanion(keys.SemaphorePrefix, k); ok && r.want(n) && !r.full() {
-			r.f.Semaphores[n] = true
+// named returns the page function that files, in into, the names of a
+// page of companion keys under prefix: semaphores' permit sets, latches'
+// markers.
+func (r *run) named(prefix string, into map[string]bool) func([]string) (bool, error) {
+	return func(ks []string) (bool, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.f.Cost.Scans++
+		r.f.Cost.Keys += len(ks)
+		for _, k := range ks {
+			if n, ok := r.o.Space.NameFromCompanion(prefix, k); ok && r.want(n) && !r.full() {
+				into[n] = true
+			}
 		}
+		return r.full(), nil
 	}
-	return r.full(), nil
 }
 
 // scan pages through SCAN MATCH match TYPE typ, calling page with each
@@ -297,7 +317,7 @@ func globPrefix(prefix string) string {
 	}
 	var b strings.Builder
 	for _, r := range prefix {
-		if strings.ContainsRune(`*?[]\`, r) {
+		if strings.ContainsRune(`*?[]\\`, r) {
 			b.WriteByte('\\')
 		}
 		b.WriteRune(r)

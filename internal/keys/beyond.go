@@ -18,6 +18,7 @@ const (
 	SemaphoreFreePrefix   = "dlock:semaphore-free"   // channel: "0" when a permit is freed with nobody queued
 	SemaphoreSeenPrefix   = "dlock:semaphore-seen"   // sorted set: queue entry -> until when its waiter is alive (server ms)
 	LatchDownsPrefix      = "dlock:latch-downs"      // set: ids of a latch's recent count-downs
+	LatchPrefix           = "dlock:latch"            // string: a latch dlock armed (its marker), for discovery
 )
 
 // PermitID is the member of a semaphore's sorted set for a permit of n
@@ -107,11 +108,17 @@ type LatchSet struct {
 	Count   string // the count, a string named by the latch itself (Redisson's)
 	Channel string // Redisson's latch channel: "0" when the count reached zero, "1" when one was set
 	Downs   string // set: ids of the count-downs applied lately, so a resent one counts once
+	// Marker is dlock's mark of a latch it armed: the count TrySetCount
+	// set, living as long as the count and deleted with it at zero. The
+	// count, a plain string, cannot be told from other strings; discovery
+	// (SCAN MATCH LatchPrefix:*) finds the markers instead.
+	Marker string
 }
 
 // Latch returns the names for latch name. name must have passed Validate.
 func Latch(name string) LatchSet {
-	return LatchSet{Count: name, Channel: LatchChannel(name), Downs: Companion(LatchDownsPrefix, name)}
+	return LatchSet{Count: name, Channel: LatchChannel(name), Downs: Companion(LatchDownsPrefix, name),
+		Marker: Companion(LatchPrefix, name)}
 }
 
 // LatchChannel is Redisson's channel of the latch name. Unlike its lock

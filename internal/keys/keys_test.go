@@ -185,11 +185,17 @@ func TestLatchNames(t *testing.T) {
 		if s.Count != name || s.Channel != channel {
 			t.Errorf("Latch(%q) = %+v, want count %q and channel %q", name, s, name, channel)
 		}
-		if Slot(s.Downs) != Slot(s.Count) {
-			t.Errorf("%q: %q is not in the count's slot", name, s.Downs)
+		if Slot(s.Downs) != Slot(s.Count) || Slot(s.Marker) != Slot(s.Count) {
+			t.Errorf("%q: %q or %q is not in the count's slot", name, s.Downs, s.Marker)
 		}
 		if n, ok := NameFromCompanion(LatchDownsPrefix, s.Downs); !ok || n != name {
 			t.Errorf("NameFromCompanion(%q) = %q, %v", s.Downs, n, ok)
+		}
+		if n, ok := NameFromCompanion(LatchPrefix, s.Marker); !ok || n != name {
+			t.Errorf("NameFromCompanion(%q) = %q, %v", s.Marker, n, ok)
+		}
+		if _, ok := NameFromCompanion(LatchPrefix, s.Downs); ok {
+			t.Errorf("%q is read as a latch marker", s.Downs)
 		}
 	}
 }

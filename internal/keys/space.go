@@ -124,7 +124,8 @@ func (s Space) Semaphore(name string) SemaphoreSet {
 // Latch is Latch under the Space.
 func (s Space) Latch(name string) LatchSet {
 	k := s.Key(name)
-	return LatchSet{Count: k, Channel: s.prefix + LatchChannel(k), Downs: s.companion(LatchDownsPrefix, name)}
+	return LatchSet{Count: k, Channel: s.prefix + LatchChannel(k), Downs: s.companion(LatchDownsPrefix, name),
+		Marker: s.companion(LatchPrefix, name)}
 }
 
 // ClientChannel is ClientChannel under the Space.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,13 +22,15 @@ const (
 	TypeLock      = "lock"      // a Mutex, FairMutex or RWMutex name
 	TypeElection  = "election"  // an Election
 	TypeSemaphore = "semaphore" // a Semaphore
+	TypeLatch     = "latch"     // a CountDownLatch dlock armed (Locks only)
 )
 
 // LockInfo is a snapshot of one lock name as Redis has it, for operators
 // and tools (dlock.LockInfo).
 type LockInfo struct {
 	// Type is TypeLock for Mutex, FairMutex and RWMutex names (Inspect's
-	// only type), TypeElection or TypeSemaphore (see Client.Locks).
+	// only type), TypeElection, TypeSemaphore or TypeLatch (see
+	// Client.Locks).
 	Type    string
 	Name    string
 	Locked  bool
@@ -42,6 +45,9 @@ type LockInfo struct {
 	Leader string
 	// Permits is a semaphore's number of permits (its size).
 	Permits int
+	// Count is a latch's count; its LockInfo is Locked while the count is
+	// above zero, and TTL is the count's.
+	Count int64
 }
 
 // Holder is one owner of a lock and its reentrant hold count.
@@ -120,8 +126,8 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 	return info, nil
 }
 
-// Locks lists the locks, elections and semaphores whose names match
-// (dlock.Client.Locks).
+// Locks lists the locks, elections, semaphores and latches whose names
+// match (dlock.Client.Locks).
 func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", lease.ErrInvalidArgument)
@@ -133,39 +139,39 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 		match = ""
 	}
 	f, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
-		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Space: e.Cfg.Space})
+		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Latches: true, Space: e.Cfg.Space})
 	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var out []LockInfo
-	for n := range f.Locks {
-		info, err := Inspect(ctx, e, n)
-		if errors.Is(err, lease.ErrNotLock) {
-			continue // another type now
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, info)
-	}
-	for n := range f.Elections {
+	election := func(ctx context.Context, n string) (LockInfo, error) {
 		info, err := Inspect(ctx, e, keys.Companion(keys.ElectionPrefix, n))
-		if errors.Is(err, lease.ErrNotLock) {
-			continue
-		}
-		if err != nil {
-			return out, err
-		}
 		info.Type, info.Name = TypeElection, n
-		out = append(out, info)
+		return info, err
 	}
-	for n := range f.Semaphores {
-		info, err := inspectSemaphore(ctx, e, n)
-		if err != nil {
-			return out, err
+	layout := func(fn func(context.Context, redis.UniversalClient, keys.Space, string) (LockInfo, error)) func(context.Context, string) (LockInfo, error) {
+		return func(ctx context.Context, n string) (LockInfo, error) { return read(ctx, e, n, fn) }
+	}
+	var out []LockInfo
+	for _, r := range []struct {
+		names map[string]bool
+		read  func(context.Context, string) (LockInfo, error)
+	}{
+		{f.Locks, func(ctx context.Context, n string) (LockInfo, error) { return Inspect(ctx, e, n) }},
+		{f.Elections, election},
+		{f.Semaphores, layout(ReadSemaphore)},
+		{f.Latches, layout(ReadLatch)},
+	} {
+		for n := range r.names {
+			info, err := r.read(ctx, n)
+			if errors.Is(err, lease.ErrNotLock) {
+				continue // another type now, or gone since the scan
+			}
+			if err != nil {
+				return out, err
+			}
+			out = append(out, info)
 		}
-		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Type != out[j].Type {
@@ -176,25 +182,63 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 	return out, nil
 }
 
-// inspectSemaphore reads a semaphore's permits, size and queue in one MULTI.
-func inspectSemaphore(ctx context.Context, e *lease.Engine, name string) (LockInfo, error) {
+// read runs a reader of a kind's layout (ReadSemaphore, ReadLatch) on e's
+// Redis, returning at once when ctx ends first.
+func read(ctx context.Context, e *lease.Engine, name string, fn func(context.Context, redis.UniversalClient, keys.Space, string) (LockInfo, error)) (LockInfo, error) {
+	info, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (LockInfo, error) {
+		return fn(ctx, e.Redis(), e.Cfg.Space, name)
+	}, nil)
+	return info, err
+}
+
+// ReadLatch reads the latch name dlock armed: its count and the count's
+// TTL, in one MULTI (GET, PTTL). A latch whose count is gone, or is not a
+// count, gives an error wrapping lease.ErrNotLock. The CLI's dashboard
+// calls it directly; Client.Locks through its wire.
+func ReadLatch(ctx context.Context, rdb redis.UniversalClient, space keys.Space, name string) (LockInfo, error) {
+	info := LockInfo{Type: TypeLatch, Name: name}
+	var count *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		count = p.Get(ctx, space.Latch(name).Count)
+		pttl = p.PTTL(ctx, space.Latch(name).Count)
+		return nil
+	})
+	if errors.Is(err, redis.Nil) || (err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")) {
+		return info, fmt.Errorf("%w: latch %q has no count", lease.ErrNotLock, name)
+	}
+	if err != nil {
+		return info, err
+	}
+	n, err := count.Int64()
+	if err != nil {
+		return info, fmt.Errorf("%w: latch %q holds no count: %q", lease.ErrNotLock, name, count.Val())
+	}
+	info.Count, info.Locked = n, n > 0
+	if d := pttl.Val(); d > 0 || d == -1 {
+		info.TTL = d
+	}
+	return info, nil
+}
+
+// ReadSemaphore reads a semaphore's permits, size and queue in one MULTI.
+// The CLI's dashboard calls it directly; Client.Locks through its wire.
+func ReadSemaphore(ctx context.Context, rdb redis.UniversalClient, space keys.Space, name string) (LockInfo, error) {
 	info := LockInfo{Type: TypeSemaphore, Name: name}
-	ks := e.Cfg.Space.Semaphore(name)
+	ks := space.Semaphore(name)
 	var permits *redis.ZSliceCmd
 	var size *redis.StringCmd
 	var queue *redis.StringSliceCmd
 	var pttl *redis.DurationCmd
 	var now *redis.TimeCmd
-	_, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) ([]redis.Cmder, error) {
-		return e.Redis().TxPipelined(ctx, func(p redis.Pipeliner) error {
-			now = p.Time(ctx)
-			permits = p.ZRangeWithScores(ctx, ks.Permits, 0, -1)
-			size = p.Get(ctx, ks.Size)
-			queue = p.LRange(ctx, ks.Queue, 0, -1)
-			pttl = p.PTTL(ctx, ks.Permits)
-			return nil
-		})
-	}, nil)
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		permits = p.ZRangeWithScores(ctx, ks.Permits, 0, -1)
+		size = p.Get(ctx, ks.Size)
+		queue = p.LRange(ctx, ks.Queue, 0, -1)
+		pttl = p.PTTL(ctx, ks.Permits)
+		return nil
+	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return info, err
 	}

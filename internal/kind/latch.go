@@ -76,7 +76,7 @@ func (p *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	case ttl < time.Millisecond:
 		return false, fmt.Errorf("%w: latch %q: ttl %v, at least 1ms is needed (a latch never lives forever)", lease.ErrInvalidArgument, p.name, ttl)
 	}
-	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count}, n, lease.Ms(ttl), p.ks.Channel)
+	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker}, n, lease.Ms(ttl), p.ks.Channel)
 	return set == 1, err
 }
 
@@ -87,7 +87,12 @@ func (p *Latch) CountDown(ctx context.Context) error {
 		return err
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)
-	_, err := p.run(ctx, scriptLatchDown, []any{p.ks.Count, p.ks.Downs}, p.ks.Channel, id, lease.Ms(LatchDownsTTL))
+	_, err := p.run(ctx, scriptLatchDown, []any{p.ks.Count, p.ks.Downs, p.ks.Marker}, p.ks.Channel, id, lease.Ms(LatchDownsTTL))
+	for _, o := range p.e.Cfg.Observers {
+		if lo, ok := o.(lease.LatchObserver); ok {
+			lo.CountedDown(p.name, err)
+		}
+	}
 	return err
 }
 
@@ -131,10 +136,25 @@ func (p *Latch) count(ctx context.Context) (int64, error) {
 // when ctx ends first, ErrClosed when the engine closes. A message on the
 // latch's channel only wakes it: whatever it says, the count in Redis
 // decides, read again on every message and every re-check interval.
-func (p *Latch) Wait(ctx context.Context) error {
+func (p *Latch) Wait(ctx context.Context) (err error) {
 	if err := p.check(ctx); err != nil {
 		return err
 	}
+	if len(p.e.Cfg.Observers) > 0 {
+		start := time.Now()
+		defer func() {
+			for _, o := range p.e.Cfg.Observers {
+				if lo, ok := o.(lease.LatchObserver); ok {
+					lo.LatchWaited(p.name, time.Since(start), err)
+				}
+			}
+		}()
+	}
+	return p.wait(ctx)
+}
+
+// wait is Wait after its checks.
+func (p *Latch) wait(ctx context.Context) error {
 	if n, err := p.count(ctx); err != nil || n <= 0 {
 		return err
 	}

@@ -4,7 +4,10 @@
 -- twice. Each call's id is recorded in a set that lives as long as the
 -- count (ARGV[3] when the count has no TTL: a latch Redisson set).
 --
--- KEYS[1] the count, KEYS[2] the ids of the latch's count-downs.
+-- At zero or below the latch's marker (latch_set.lua) goes with the count.
+--
+-- KEYS[1] the count, KEYS[2] the ids of the latch's count-downs, KEYS[3]
+-- the latch's marker.
 -- ARGV[1] the latch's channel, ARGV[2] this call's id, ARGV[3] the set's
 -- TTL in ms when the count has none.
 --
@@ -27,9 +30,9 @@ end
 redis.call('pexpire', KEYS[2], ttl)
 local v = redis.call('decr', KEYS[1])
 if v <= 0 then
-  redis.call('del', KEYS[1])
+  redis.call('del', KEYS[1], KEYS[3])
   if v == 0 then
-    redis.call('publish', ARGV[1], '0')
+    redis.pcall('publish', ARGV[1], '0')
   end
 end
 return v

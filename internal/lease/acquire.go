@@ -35,7 +35,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	if finish := ObserveAcquire(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name); finish != nil {
 		defer func() {
 			finish(Acquisition{Kind: hd.p.Kind(), Name: hd.name, Acquired: h != nil, TimedOut: a.timedOut,
-				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis})
+				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis, Weight: max(req.Weight, 1)})
 		}()
 	}
 	if ctx.Err() != nil {

@@ -223,7 +223,7 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 			err = ErrClosed
 		}
 		if len(hd.e.Cfg.Observers) > 0 {
-			ObserveRelease(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err})
+			ObserveRelease(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err, Weight: 1})
 		}
 		return err
 	}

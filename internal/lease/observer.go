@@ -53,6 +53,9 @@ type Acquisition struct {
 	Waited  time.Duration // from the call to its outcome
 	Reentry bool          // a re-entry of a lock the handle already held
 	Backend string        // the tier asked: BackendRedis, or a Fallback's Backend
+	// Weight is the units asked for: a semaphore's permits (AcquireN's
+	// n), 1 for every other kind.
+	Weight int
 }
 
 // Release describes one Unlock, reported when it ends.
@@ -62,6 +65,9 @@ type Release struct {
 	Final bool          // the hold count reached zero: the lock was released
 	Held  time.Duration // for a final release, how long the lock was held
 	Err   error         // the release failed, or the hold had been lost
+	// Weight is the units the hold took: a semaphore permit's permits, 1
+	// for every other kind.
+	Weight int
 }
 
 // Observer is told what a Client's locks do. dlockprom implements it for
@@ -98,6 +104,16 @@ type Observer interface {
 // held. It must not block.
 type LongHoldObserver interface {
 	HeldLong(kind Kind, name string, held time.Duration)
+}
+
+// LatchObserver is an Observer that also hears what count-down latches
+// do: CountedDown(name, err) after each CountDown (err nil: Redis applied
+// it), LatchWaited(name, waited, err) when a Wait returns (err nil: the
+// latch is open), with how long it waited. Both are called only for calls
+// that passed their argument checks. They must not block.
+type LatchObserver interface {
+	CountedDown(name string, err error)
+	LatchWaited(name string, waited time.Duration, err error)
 }
 
 // NopObserver implements Observer doing nothing; embed it.

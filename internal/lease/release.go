@@ -156,7 +156,7 @@ func (h *Lease) released(cmd redis.Cmder) (err error) {
 			if !final {
 				held = 0
 			}
-			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: err})
+			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: err, Weight: h.weight})
 		}()
 	}
 	r, err := h.p.ReleaseReply(cmd)

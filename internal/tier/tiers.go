@@ -167,12 +167,12 @@ func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn
 	err := t.cfg.Fallback.Run(ctx, freq, func(fctx context.Context) error {
 		granted = true
 		if finish != nil {
-			finish(lease.Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend()})
+			finish(lease.Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend(), Weight: 1})
 		}
 		return fn(fctx)
 	})
 	if !granted && finish != nil {
-		a := lease.Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend()}
+		a := lease.Acquisition{Kind: req.Kind, Name: req.Name, Err: err, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend(), Weight: 1}
 		if errors.Is(err, lease.ErrWaitTimeout) {
 			a.TimedOut, a.Err = true, nil
 		}

@@ -26,15 +26,30 @@
     return Math.round(ms / 1000) + " s";
   }
 
+  // state fills the state cell: held or free, and a semaphore's permits
+  // (size, held by weight, free) or a latch's count.
+  function state(l) {
+    const st = el("td", "state");
+    if (l.type === "latch") {
+      st.appendChild(el("span", "badge " + (l.locked ? "held" : "free"), "count " + l.count));
+      return st;
+    }
+    st.appendChild(el("span", "badge " + (l.locked ? "held" : "free"), l.locked ? "held" : "free"));
+    if (l.type === "semaphore") {
+      const p = el("span", "permits", l.taken + " of " + l.permits + " held · " + l.free + " free");
+      p.title = "size " + l.permits + ": permits held, by weight, and free";
+      st.appendChild(p);
+    }
+    return st;
+  }
+
   function row(l, now) {
     const tr = el("tr");
     tr.dataset.name = l.name;
     tr.appendChild(el("td", "name", l.name));
     const kind = l.kind ? (l.kind === "rwlock" ? "rwlock (" + (l.mode || "?") + ")" : l.kind) : "–";
     tr.appendChild(el("td", "kind kind-" + (l.kind || "none"), kind));
-    const st = el("td", "state");
-    st.appendChild(el("span", "badge " + (l.locked ? "held" : "free"), l.locked ? "held" : "free"));
-    tr.appendChild(st);
+    tr.appendChild(state(l));
 
     const h = el("td", "holders");
     if (l.holders.length === 0) h.appendChild(el("span", "muted", "–"));
@@ -58,7 +73,13 @@
 
     const w = el("td", "waiters");
     const n = l.waiters.length + (l.waiting_writers || 0);
-    w.appendChild(el("span", "waiter-count", n + " waiting"));
+    if (l.type === "latch") {
+      // A latch's waiters listen on its channel: Redis keeps no list of them.
+      w.appendChild(el("span", "muted", "–"));
+      w.title = "a latch's waiters are not recorded in Redis";
+    } else {
+      w.appendChild(el("span", "waiter-count", n + " waiting"));
+    }
     if (l.waiters.length > 0) {
       const wl = el("ul", "who");
       for (const x of l.waiters) {
@@ -72,7 +93,7 @@
 
     if (allowUnlock) {
       const td = el("td", "action");
-      if (l.locked) {
+      if (l.locked && (l.type || "lock") === "lock") {
         const b = el("button", "unlock", "Force unlock");
         b.type = "button";
         b.addEventListener("click", () => unlock(l));
@@ -126,7 +147,7 @@
     $("count-waiters").textContent = String(waiters);
     $("refreshed").textContent = new Date(s.at).toLocaleTimeString() + " (#" + s.refresh + ")";
     $("cost").textContent = s.commands + " (" + s.cost.scans + " SCAN, " + s.cost.hash_probes + " HRANDFIELD, " +
-      s.cost.inspect_cmds + " in " + (s.cost.inspect_cmds / 8) + " MULTI)";
+      s.cost.inspect_cmds + " in " + s.cost.reads + " MULTI)";
     const more = $("more");
     more.hidden = s.more === 0;
     more.textContent = s.more > 0 ? s.more + " more locks not shown (raise --max-locks)" : "";
