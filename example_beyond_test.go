@@ -144,3 +144,48 @@ func ExampleCountDownLatch() {
 	fmt.Println("all shards imported; count:", n)
 	// Output: all shards imported; count: 0
 }
+
+func ExampleMutex_Extend() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	// A fixed lease of 30s (no watchdog), extended when the work turns out
+	// to need longer: 30s from now, and the holder's loss deadline with it.
+	m := locks.Mutex("example:rebuild-index")
+	if ok, err := m.TryLock(ctx, 0, 30*time.Second); !ok || err != nil {
+		log.Fatal(ok, err)
+	}
+	// ... the first part of the work ...
+	if err := m.Extend(ctx, 30*time.Second); err != nil {
+		log.Fatal(err) // ErrLockLost: the lease ran out first; stop
+	}
+	ttl, _ := m.RemainingTTL(ctx)
+	fmt.Println("extended:", ttl > 29*time.Second)
+	_ = m.Unlock(ctx)
+	// Output: extended: true
+}
+
+func ExampleElection_Proclaim() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	e := locks.Election("example:primary")
+	lead, err := e.Campaign(ctx, "10.0.0.5:5432 (starting)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Ready: tell the followers, without a new election.
+	if err := e.Proclaim(lead, "10.0.0.5:5432"); err != nil {
+		log.Fatal(err)
+	}
+	v, _ := e.Leader(ctx)
+	fmt.Println("leader:", v)
+	_ = e.Resign(lead)
+	// Output: leader: 10.0.0.5:5432
+}
