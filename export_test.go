@@ -129,5 +129,9 @@ func chanOf(m *Mutex) string {
 	return ch
 }
 
+// WithRecheckForTest is withRecheck, for the external tests: how often a
+// waiter re-checks a lock on its own.
+func WithRecheckForTest(d time.Duration) Option { return withRecheck(d) }
+
 // ResolveForTest is what opts come to, for the external tests.
 func ResolveForTest(opts ...LockOption) (FallbackRequest, error) { return resolve("", opts) }

@@ -13,6 +13,12 @@ import (
 	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
+// maxEventWait bounds TestFaultCluster's waits, all woken by events: a
+// hold of at most 100 ms ahead, plus the fault's own stall, with room for a
+// loaded box; far below the 5 s a waiter left to the periodic re-check
+// would wait.
+const maxEventWait = 2500 * time.Millisecond
+
 // Redis Cluster: holds and waits on four names of one slot, contended by
 // two Clients, while (1) the slot migrates to another master (clients meet
 // ASK, TRYAGAIN, then MOVED; lock, queue, fencing and latch keys move
@@ -20,6 +26,13 @@ import (
 // by a manual failover (no write lost). Redis keeps every lock throughout,
 // so there must be no overlap and tokens must keep increasing; the rows
 // report how many holders were told of a loss.
+//
+// Every waiter must be woken by an event (a hand-off, a release message, or
+// the re-check its subscription's move triggers), never by the periodic
+// re-check: the Clients re-check on their own only once a minute, and each
+// lock call waits at most 5 s, so a waiter an event missed would end in a
+// wait timeout. With two contenders per name and holds of at most 100 ms,
+// no wait may come near that.
 func TestFaultCluster(t *testing.T) {
 	cl := testenv.StartCluster(t, 3)
 	nodes := cl.Nodes()
@@ -40,17 +53,7 @@ func TestFaultCluster(t *testing.T) {
 
 	phase := func(scenarioName, faults string, inject func(s *scenario)) {
 		s := newScenario(t, scenarioName, servers...)
-		var cs []*dlock.Client
-		for range 2 {
-			rdb := redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs:                    cl.Addrs(),
-				DialTimeout:              time.Second,
-				ReadTimeout:              time.Second,
-				WriteTimeout:             time.Second,
-				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-			})
-			cs = append(cs, s.clientOver(rdb, dlock.WithWatchdogTimeout(time.Second), dlock.WithCloseTimeout(time.Second)))
-		}
+		cs := []*dlock.Client{clusterFaultClient(s, cl), clusterFaultClient(s, cl)}
 		var stops []func()
 		for i, name := range names {
 			stops = append(stops, s.contend(cs, 1, holdOpts{name: name}, uint64(100*i), 20*time.Millisecond, 100*time.Millisecond))
@@ -64,9 +67,11 @@ func TestFaultCluster(t *testing.T) {
 		}
 		leaks := s.shutdown()
 		row, st := s.row(faults, leaks)
-		row.Notes = fmt.Sprintf("%d grants after the change; %d lock calls failed", s.grantsAfter(after), s.errCount("other"))
+		longest := s.longestWait(time.Time{})
+		row.Notes = fmt.Sprintf("%d grants after the change; %d lock calls failed; longest wait %v", s.grantsAfter(after), s.errCount("other"), longest.Round(time.Millisecond))
 		record(t, row)
 		s.assertExclusive(st)
+		s.assertEventWakes(longest)
 		if s.grantsAfter(after) == 0 {
 			t.Errorf("%s: no grant after the change", scenarioName)
 		}
@@ -88,4 +93,32 @@ func TestFaultCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+}
+
+// clusterFaultClient returns a Client over a ClusterClient of cl with short
+// timeouts, a 1 s watchdog and a periodic re-check of a minute: its waiters
+// are woken by events or not in time.
+func clusterFaultClient(s *scenario, cl *testenv.Cluster) *dlock.Client {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                    cl.Addrs(),
+		DialTimeout:              time.Second,
+		ReadTimeout:              time.Second,
+		WriteTimeout:             time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	return s.clientOver(rdb, dlock.WithWatchdogTimeout(time.Second), dlock.WithCloseTimeout(time.Second),
+		dlock.WithRecheckForTest(time.Minute))
+}
+
+// assertEventWakes fails if a waiter was not woken by an event: one left to
+// the periodic re-check (a minute) waits out its 5 s and times out, and
+// none may wait longer than maxEventWait.
+func (s *scenario) assertEventWakes(longest time.Duration) {
+	s.t.Helper()
+	if n := s.errCount("wait timeout"); n > 0 {
+		s.t.Errorf("%s: %d waiters timed out: not woken by an event", s.name, n)
+	}
+	if longest > maxEventWait {
+		s.t.Errorf("%s: a waiter waited %v (more than %v): not woken by an event", s.name, longest, maxEventWait)
+	}
 }

@@ -267,6 +267,15 @@ type scenario struct {
 	base     int // goroutines before the first client
 	errs     map[string]int
 	shutDown bool
+	// waits are the lock calls' waits, from the call to the grant.
+	waits []lockWait
+}
+
+// lockWait is one lock call's wait: when it was granted and how long after
+// the call.
+type lockWait struct {
+	granted time.Time
+	waited  time.Duration
 }
 
 func newScenario(t *testing.T, name string, servers ...*testenv.Redis) *scenario {
@@ -510,7 +519,9 @@ func (s *scenario) holdOnce(c *dlock.Client, who, name string, d time.Duration, 
 		return err
 	}
 	shared := set.Kind == dlock.KindRead
+	called := time.Now()
 	err = c.WithLock(context.Background(), name, func(ctx context.Context) error {
+		s.noteWait(called)
 		v = s.res.enterName(name, who, dlock.TokenFrom(ctx), shared)
 		timer := time.NewTimer(d)
 		select {
@@ -529,6 +540,27 @@ func (s *scenario) holdOnce(c *dlock.Client, who, name string, d time.Duration, 
 	}
 	s.callErr(err)
 	return err
+}
+
+// noteWait records a lock call made at called and granted now.
+func (s *scenario) noteWait(called time.Time) {
+	now := time.Now()
+	s.mu.Lock()
+	s.waits = append(s.waits, lockWait{granted: now, waited: now.Sub(called)})
+	s.mu.Unlock()
+}
+
+// longestWait returns the longest wait of a lock call granted after t0.
+func (s *scenario) longestWait(t0 time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var longest time.Duration
+	for _, w := range s.waits {
+		if w.granted.After(t0) {
+			longest = max(longest, w.waited)
+		}
+	}
+	return longest
 }
 
 // row builds the scenario's report row from its resource.

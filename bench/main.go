@@ -41,7 +41,14 @@ type SuiteConfig struct {
 	BenchReps int // redis-benchmark runs (the Go PING part runs every rep)
 
 	Scale bool
+
+	Cluster    bool
+	ClusterCfg ClusterConfig
 }
+
+// single says whether a scenario that runs on the single private
+// redis-server is selected (the cluster scenario starts its own servers).
+func (c SuiteConfig) single() bool { return c.Uncontended || c.Hotkey || c.Ceiling || c.Scale }
 
 // scaleRunner is scenario (d); set by scenario_scale.go, which needs dlock
 // and is left out by -tags nodlock.
@@ -61,7 +68,7 @@ func run(args []string, stderr io.Writer) int {
 		full        = fs.Bool("full", false, "run everything, bigger: 3 s uncontended runs, ~1000 grants per hot-key run, redis-benchmark every rep, and scale (d) (dlock only)")
 		reps        = fs.Int("reps", 3, "repetitions R of each scenario (median and min–max are reported)")
 		libsFlag    = fs.String("libs", "", "comma-separated libs to run (default all): "+libNames())
-		scenarios   = fs.String("scenarios", "", "comma-separated scenarios: uncontended,hotkey,ceiling,scale (default: the first three; -full adds scale)")
+		scenarios   = fs.String("scenarios", "", "comma-separated scenarios: uncontended,hotkey,ceiling,scale,cluster (default: the first three; -full adds scale; cluster only when named)")
 		dur         = fs.Duration("duration", 0, "duration of one uncontended run (default 500ms, -full 3s)")
 		gs          = fs.String("g", "1,16", "uncontended goroutine counts")
 		ws          = fs.String("w", "10,100", "hot-key goroutine counts W")
@@ -76,6 +83,10 @@ func run(args []string, stderr io.Writer) int {
 		rsDelay     = fs.Duration("redsync-delay", redsyncRetryDelay, "redsync WithRetryDelay")
 		rlBackoff   = fs.Duration("redislock-backoff", redislockBackoff, "redislock LinearBackoff interval")
 		writeOutput = fs.Bool("write", true, "write RESULTS.md, results.json and results.svg")
+		clMasters   = fs.String("cluster-masters", "1,3,6", "cluster scenario: cluster sizes (masters; each gets one replica)")
+		clDur       = fs.Duration("cluster-duration", time.Second, "cluster scenario: duration of one uncontended run")
+		clW         = fs.Int("cluster-w", 10, "cluster scenario: hot-key waiters W (one Client each)")
+		clGrants    = fs.Int("cluster-grants", 200, "cluster scenario: target grants per hot-key run")
 		render      = fs.String("render", "", "measure nothing: re-render RESULTS.md and results.svg (and results.json) into -out from this results.json")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +157,8 @@ func run(args []string, stderr io.Writer) int {
 			cfg.Ceiling = true
 		case "scale", "d":
 			cfg.Scale = true
+		case "cluster":
+			cfg.Cluster = true
 		default:
 			fmt.Fprintf(stderr, "-scenarios: unknown scenario %q\n", s)
 			return 2
@@ -156,6 +169,11 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	srvPath := findBin(*serverBin, "redis-server")
+	cfg.ClusterCfg = ClusterConfig{Reps: cfg.Reps, G: 16, Duration: *clDur, W: *clW, Grants: *clGrants, Hold: cfg.Hold, ServerBin: srvPath}
+	if cfg.ClusterCfg.Masters, err = parseInts(*clMasters); err != nil {
+		fmt.Fprintln(stderr, "-cluster-masters:", err)
+		return 2
+	}
 	cfg.CeilCfg = CeilingConfig{PingDuration: *pingDur, BenchBin: findBin(*benchBin, "redis-benchmark"), BenchN: *benchN, BenchClients: []int{1, 16}}
 
 	// Kill our redis-server on SIGINT/SIGTERM (Pdeathsig covers SIGKILL).
@@ -177,9 +195,35 @@ func run(args []string, stderr io.Writer) int {
 		if s := current.Load(); s != nil {
 			s.Stop()
 		}
+		stopRunningCluster()
 		os.Exit(130)
 	}()
 
+	code := 0
+	if cfg.single() {
+		code = runSingle(ctx, singleRun{srvPath: srvPath, libs: libs, cfg: cfg, args: args, full: *full, outDir: *outDir, write: *writeOutput}, stderr, &current, &interrupted)
+	}
+	if cfg.Cluster && ctx.Err() == nil {
+		code = max(code, runClusterScenario(ctx, cfg.ClusterCfg, args, *outDir, *writeOutput, stderr, &interrupted))
+	}
+	return code
+}
+
+// singleRun is what runSingle needs from run's flags.
+type singleRun struct {
+	srvPath string
+	libs    []Lib
+	cfg     SuiteConfig
+	args    []string
+	full    bool
+	outDir  string
+	write   bool
+}
+
+// runSingle runs the scenarios on the single private redis-server and
+// writes RESULTS.md, results.json and results.svg; it returns the exit code.
+func runSingle(ctx context.Context, sr singleRun, stderr io.Writer, current *atomic.Pointer[redisServer], interrupted *atomic.Bool) int {
+	srvPath, libs, cfg, args := sr.srvPath, sr.libs, sr.cfg, sr.args
 	srv, err := startRedis(srvPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "start redis-server:", err)
@@ -197,14 +241,14 @@ func run(args []string, stderr io.Writer) int {
 	if !dlockBuilt {
 		rep.Meta.Command = strings.Replace(rep.Meta.Command, "go run .", "go run -tags nodlock .", 1)
 	}
-	rep.Meta.Full = *full
+	rep.Meta.Full = sr.full
 
-	if *writeOutput {
-		if err := writeOutputs(*outDir, rep); err != nil {
+	if sr.write {
+		if err := writeOutputs(sr.outDir, rep); err != nil {
 			fmt.Fprintln(stderr, "write results:", err)
 			return 1
 		}
-		fmt.Fprintf(stderr, "bench: wrote %s\n", strings.Join([]string{filepath.Join(*outDir, "RESULTS.md"), filepath.Join(*outDir, "results.json"), filepath.Join(*outDir, "results.svg")}, ", "))
+		fmt.Fprintf(stderr, "bench: wrote %s\n", strings.Join([]string{filepath.Join(sr.outDir, "RESULTS.md"), filepath.Join(sr.outDir, "results.json"), filepath.Join(sr.outDir, "results.svg")}, ", "))
 	}
 	if len(rep.Problems) > 0 {
 		fmt.Fprintf(stderr, "bench: FAILED: %d problem(s):\n", len(rep.Problems))

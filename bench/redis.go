@@ -229,6 +229,19 @@ func (s *redisServer) ResetStats(ctx context.Context) error {
 	return err
 }
 
+// target is what scenarios (a) and (b) run against: the private
+// redis-server, or the cluster scenario's Cluster (scenario_cluster.go).
+type target interface {
+	// dialAddr is what a Lib's NewClient is given: "host:port", or the
+	// Cluster's nodes joined by commas.
+	dialAddr() string
+	Flush(ctx context.Context) error
+	ResetStats(ctx context.Context) error
+	SinceReset(ctx context.Context) (Usage, error)
+}
+
+func (s *redisServer) dialAddr() string { return s.Addr }
+
 // Usage is what Redis did since the last ResetStats.
 type Usage struct {
 	Cmds  map[string]int64 // calls per command, commands run inside scripts included
@@ -239,6 +252,9 @@ type Usage struct {
 	// a shared Redis competes for. The bench's own INFO and RESETSTAT cost
 	// a few microseconds of it.
 	CPU time.Duration
+	// Bus is the cluster bus's publish messages sent, classic and sharded,
+	// summed over a Cluster's nodes (0 on one server).
+	Bus int64
 }
 
 // SinceReset returns the commands run since the last ResetStats, minus the

@@ -323,8 +323,10 @@ func readJSON(path string) (*Report, error) {
 	return rep, json.Unmarshal(b, rep)
 }
 
-func writeJSON(path string, rep *Report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
+func writeJSON(path string, rep *Report) error { return writeJSONValue(path, rep) }
+
+func writeJSONValue(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

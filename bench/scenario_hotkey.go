@@ -69,6 +69,9 @@ type HotkeyRun struct {
 	CmdsPerGrant float64          `json:"cmds_per_grant"`
 	CPUGrantUs   float64          `json:"redis_cpu_per_grant_us"` // Redis main-thread CPU per grant
 	CommandStats map[string]int64 `json:"command_stats"`
+	// BusMsgs is the cluster bus publish messages sent during the run,
+	// summed over a Cluster's nodes (the cluster scenario; 0 otherwise).
+	BusMsgs int64 `json:"bus_msgs,omitempty"`
 }
 
 // Problems lists what makes this run invalid: broken mutual exclusion, or
@@ -97,7 +100,7 @@ var runSeq atomic.Int64
 // runHotkey runs scenario (b) once for lib. The returned error is a setup
 // failure (Redis, client creation); measured failures are in the run and
 // reported by Problems.
-func runHotkey(ctx context.Context, srv *redisServer, lib Lib, cfg HotkeyConfig, rep int) (HotkeyRun, error) {
+func runHotkey(ctx context.Context, srv target, lib Lib, cfg HotkeyConfig, rep int) (HotkeyRun, error) {
 	r := HotkeyRun{Lib: lib.Name(), W: cfg.W, K: cfg.K, Mode: cfg.Mode(), Rep: rep, Expected: cfg.W * cfg.K, IdealMs: ms(cfg.Ideal())}
 	if err := srv.Flush(ctx); err != nil {
 		return r, err
@@ -113,7 +116,7 @@ func runHotkey(ctx context.Context, srv *redisServer, lib Lib, cfg HotkeyConfig,
 		}
 	}()
 	for range nClients {
-		c, err := lib.NewClient(srv.Addr)
+		c, err := lib.NewClient(srv.dialAddr())
 		if err != nil {
 			return r, fmt.Errorf("%s: NewClient: %w", lib.Name(), err)
 		}
@@ -228,6 +231,7 @@ func runHotkey(ctx context.Context, srv *redisServer, lib Lib, cfg HotkeyConfig,
 	}
 	r.Commands = use.Total
 	r.CommandStats = use.Cmds
+	r.BusMsgs = use.Bus
 	if r.Grants > 0 {
 		r.CmdsPerGrant = float64(use.Total) / float64(r.Grants)
 		r.CPUGrantUs = us(use.CPU) / float64(r.Grants)

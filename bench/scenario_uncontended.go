@@ -31,6 +31,8 @@ type UncontendedRun struct {
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
 	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
+	// BusMsgs: cluster bus publish messages over the run (cluster scenario).
+	BusMsgs int64 `json:"bus_msgs,omitempty"`
 	// PingP50Us is the p50 of sequential PINGs through the lib's own client
 	// right before and right after the run (G=1 only, 0 when the adapter
 	// cannot ping), and PairPings the pair's p50 in such round trips.
@@ -51,12 +53,12 @@ func (r *UncontendedRun) Problems() []string {
 	return p
 }
 
-func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg UncontendedConfig, rep int) (UncontendedRun, error) {
+func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedConfig, rep int) (UncontendedRun, error) {
 	r := UncontendedRun{Lib: lib.Name(), G: cfg.G, Rep: rep}
 	if err := srv.Flush(ctx); err != nil {
 		return r, err
 	}
-	c, err := lib.NewClient(srv.Addr)
+	c, err := lib.NewClient(srv.dialAddr())
 	if err != nil {
 		return r, fmt.Errorf("%s: NewClient: %w", lib.Name(), err)
 	}
@@ -155,6 +157,7 @@ func runUncontended(ctx context.Context, srv *redisServer, lib Lib, cfg Unconten
 		r.Pairs += counts[i]
 	}
 	r.Seconds = elapsed.Seconds()
+	r.BusMsgs = use.Bus
 	r.Errors = errs.Load()
 	r.FirstError = firstErr
 	if r.Pairs > 0 {

@@ -66,8 +66,8 @@ func SlotOwner(ctx context.Context, r *Redis, slot int) (string, error) {
 
 // AddReplica starts a cluster-enabled redis-server, joins it to the cluster
 // and makes it a replica of master (CLUSTER REPLICATE), returning once its
-// replication link is up and every node knows it (the masters and the
-// replicas added before). It is stopped in t.Cleanup. Call it once per
+// replication link is up and every node knows it as master's replica (the
+// masters and the replicas added before). It is stopped in t.Cleanup. Call it once per
 // replica wanted, from the test's goroutine.
 func (c *Cluster) AddReplica(t testing.TB, master *Redis) *Redis {
 	t.Helper()
@@ -89,6 +89,26 @@ func (c *Cluster) AddReplica(t testing.TB, master *Redis) *Redis {
 		t.Fatalf("%v\n%s", err, r.Log())
 	}
 	return r
+}
+
+// StartReplica is AddReplica without a testing.TB, for programs (the
+// benchmark): it starts a cluster-enabled redis-server with cfg, makes it a
+// replica of master and returns once its replication link is up and every
+// node knows it. On error the server is stopped; otherwise the caller must
+// call its Stop (Cluster.Stop does not). Call it once per replica wanted,
+// one at a time.
+func (c *Cluster) StartReplica(master *Redis, cfg RedisConfig) (*Redis, error) {
+	r, err := startClusterNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := c.addReplica(ctx, r, master); err != nil {
+		_ = r.Stop()
+		return nil, fmt.Errorf("%w\n%s", err, r.Log())
+	}
+	return r, nil
 }
 
 func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
@@ -140,8 +160,8 @@ func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
 				return false, err
 			}
 			s, _ := v.(string)
-			if !strings.Contains(s, r.Addr()) {
-				return false, fmt.Errorf("node %s does not know %s yet", n.Addr(), r.Addr())
+			if !knowsReplica(s, r.Addr(), id) {
+				return false, fmt.Errorf("node %s does not know %s as a replica of %s yet", n.Addr(), r.Addr(), id)
 			}
 		}
 		c.mu.Lock()
@@ -149,6 +169,21 @@ func (c *Cluster) addReplica(ctx context.Context, r, master *Redis) error {
 		c.mu.Unlock()
 		return true, nil
 	})
+}
+
+// knowsReplica says whether CLUSTER NODES output nodes lists addr as a
+// replica of the master with id masterID. Until the master itself does, it
+// does not copy sharded messages (SPUBLISH) to that replica over the bus.
+func knowsReplica(nodes, addr, masterID string) bool {
+	for _, line := range strings.Split(nodes, "\n") {
+		// <id> <ip:port@cport> <flags> <master> ...
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[1], addr+"@") {
+			continue
+		}
+		return strings.Contains(f[2], "slave") && f[3] == masterID
+	}
+	return false
 }
 
 // MigrateSlot moves slot from one master to another while clients keep
