@@ -27,6 +27,10 @@ func TestNamespaceRefused(t *testing.T) {
 // by event; every key and channel begins with the namespace; names are
 // reported without it; and the server's ACL LOG stays empty.
 func TestNamespaceUnderACL(t *testing.T) {
+	// The first-contact report runs too: its probes must stay within the
+	// namespace and the ACL as well.
+	reportAtFirstContact = true
+	defer func() { reportAtFirstContact = false }()
 	r := testenvRedis(t)
 	admin := rdbFor(t, r)
 	ctx := ctxT(t)
@@ -156,7 +160,15 @@ func TestNamespaceUnderACL(t *testing.T) {
 		_ = m.Unlock(ctx)
 	})
 
-	// Everything the Clients left is the namespace's, and nothing was denied.
+	// Close waits for the Clients' background work, the first-contact
+	// report included. Everything they left is the namespace's, and nothing
+	// was denied.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
 	iter := admin.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
 		if !strings.HasPrefix(iter.Val(), "ns:") {

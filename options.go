@@ -20,6 +20,8 @@ type config struct {
 	sharded     ShardedMode
 }
 
+var reportAtFirstContact = true // the tests that count commands clear it
+
 func defaultConfig() config {
 	return config{Config: lease.Config{
 		Watchdog:       30 * time.Second,

@@ -30,6 +30,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	if err := hd.Check(ctx, req.Lease); err != nil {
 		return nil, err
 	}
+	hd.e.firstContact()
 	start := time.Now()
 	a := acquisition{lease: req.Lease, canWait: req.Forever || req.Wait > 0, ttl: req.Lease}
 	if finish := ObserveAcquire(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name); finish != nil {

@@ -51,6 +51,9 @@ type Config struct {
 	// Sharded, when set, makes every message sharded (SPUBLISH, SSUBSCRIBE
 	// through this Cluster client): see the notify package.
 	Sharded *redis.ClusterClient
+	// Report makes the engine run the doctor's checks once, at its first
+	// acquisition, and log each check that failed.
+	Report bool
 	// Space is the namespace every key and channel begins with.
 	Space keys.Space
 	// Touch rewrites a key's TTL to its current value (for replica acks).
@@ -85,6 +88,8 @@ type Engine struct {
 	leases  map[*Lease]struct{}            // every live lease, for Close
 	byKey   map[string]map[*Lease]struct{} // the same, by key, for ForceUnlock's news
 	closers map[Closer]struct{}            // other things Close ends (Observe)
+
+	reported sync.Once // the first-contact report (firstContact)
 }
 
 // Closer is something besides a lease that Close ends: CloseWith runs on a
