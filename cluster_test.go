@@ -21,22 +21,6 @@ import (
 // ran out, so a grant this fast proves the message arrived.
 const handoffBound = 1500 * time.Millisecond
 
-// newClusterClient returns a dlock Client over a Redis Cluster client,
-// closed (and checked to close cleanly) when the test ends.
-func newClusterClient(t testing.TB, rdb *redis.ClusterClient, opts ...Option) *Client {
-	t.Helper()
-	c, err := New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
-}
-
 // clusterEnv is one cluster shared by TestCluster's subtests.
 type clusterEnv struct {
 	cl    *testenv.Cluster
@@ -201,8 +185,8 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	e.rdb = cl.NewClient(t)
-	a := newClusterClient(t, e.rdb)
-	b := newClusterClient(t, cl.NewClient(t))
+	a := newClientOn(t, e.rdb)
+	b := newClientOn(t, cl.NewClient(t))
 
 	t.Run("Mutex", func(t *testing.T) {
 		ctx := ctxT(t)
@@ -267,8 +251,8 @@ func TestCluster(t *testing.T) {
 		// WithShardedPubSub(ShardedOff): classic channels, as older
 		// Redisson waits; the hand-off is one PUBLISH on the lock's master.
 		ctx := ctxT(t)
-		a := newClusterClient(t, e.rdb, WithShardedPubSub(ShardedOff))
-		b := newClusterClient(t, e.rdb, WithShardedPubSub(ShardedOff))
+		a := newClientOn(t, e.rdb, WithShardedPubSub(ShardedOff))
+		b := newClientOn(t, e.rdb, WithShardedPubSub(ShardedOff))
 		for _, name := range []string{"alpha", "beta", "gamma", "order:{42}:pay"} {
 			node := e.nodeOf(name)
 			m := a.Mutex(name)
@@ -291,7 +275,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("WatchdogRenewsEverySlot", func(t *testing.T) {
 		ctx := ctxT(t)
-		wd := newClusterClient(t, e.rdb, WithWatchdogTimeout(600*time.Millisecond))
+		wd := newClientOn(t, e.rdb, WithWatchdogTimeout(600*time.Millisecond))
 		const n = 50
 		names := make([]string, n)
 		locks := make([]*Mutex, n)
@@ -417,7 +401,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Spin", func(t *testing.T) {
 		ctx := ctxT(t)
-		sp := newClusterClient(t, e.rdb, WithSpin(time.Millisecond, 16*time.Millisecond))
+		sp := newClientOn(t, e.rdb, WithSpin(time.Millisecond, 16*time.Millisecond))
 		for _, name := range []string{"spin:{alpha}", "spin:{beta}", "spin:{42}"} {
 			h := a.Mutex(name)
 			mustLock(t, h)
@@ -644,7 +628,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("ForceUnlock", func(t *testing.T) {
 		ctx := ctxT(t)
-		wd := newClusterClient(t, e.rdb, WithWatchdogTimeout(600*time.Millisecond))
+		wd := newClientOn(t, e.rdb, WithWatchdogTimeout(600*time.Millisecond))
 		for _, name := range []string{"force:{alpha}", "force:{beta}", "force:{42}"} {
 			h := wd.Mutex(name)
 			mustLock(t, h)

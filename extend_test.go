@@ -154,3 +154,34 @@ func TestElectionProclaim(t *testing.T) {
 		t.Fatalf("Proclaim without leadership = %v, want ErrNotHeld", err)
 	}
 }
+
+// Extend picks the hold ctx carries, as Unlock does: of two read holds of
+// one handle, the one whose context is given is extended, the other runs
+// out.
+func TestExtendPicksTheContextsHold(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	rw := c.RWMutex("extend:pick")
+	first, err := rw.ReadContext(ctx, 0, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := rw.ReadContext(ctx, 0, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.RExtend(first, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-second.Done() // the second hold's lease runs out
+	if !errors.Is(context.Cause(second), ErrLeaseEnded) {
+		t.Fatalf("the other hold ended with %v, want ErrLeaseEnded", context.Cause(second))
+	}
+	if err := first.Err(); err != nil {
+		t.Fatalf("the extended hold ended with its first lease: %v", context.Cause(first))
+	}
+	if err := rw.RUnlock(first); err != nil {
+		t.Fatal(err)
+	}
+	_ = rw.RUnlock(second)
+}

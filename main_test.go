@@ -81,7 +81,14 @@ func rdbFor(t testing.TB, r *testenv.Redis) *redis.Client {
 // (and checked to close cleanly) when the test ends.
 func newClient(t testing.TB, r *testenv.Redis, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(rdbFor(t, r), opts...)
+	return newClientOn(t, rdbFor(t, r), opts...)
+}
+
+// newClientOn is newClient on a go-redis client of the test's making (a
+// Cluster client, a user of its own).
+func newClientOn(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(rdb, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

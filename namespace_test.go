@@ -179,18 +179,3 @@ func TestNamespaceUnderACL(t *testing.T) {
 		t.Fatalf("ACL LOG = %v, %v; want nothing denied", log, err)
 	}
 }
-
-// newClientOn is newClient on a go-redis client of the test's making.
-func newClientOn(t testing.TB, rdb *redis.Client, opts ...Option) *Client {
-	t.Helper()
-	c, err := New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
-}

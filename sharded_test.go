@@ -30,7 +30,7 @@ func TestShardedCluster(t *testing.T) {
 		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		m := newClusterClient(t, rdb).Mutex(name)
+		m := newClientOn(t, rdb).Mutex(name)
 		mustLock(t, m)
 		released := time.Now()
 		mustUnlock(t, m)
@@ -53,7 +53,7 @@ func TestShardedCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		rdb.PExpire(ctx, name, 30*time.Second)
-		c := newClusterClient(t, rdb)
+		c := newClientOn(t, rdb)
 		w := c.Mutex(name)
 		got := lockAsync(ctx, w)
 		waitFor(t, "the dlock waiter to subscribe", func() bool {
@@ -77,7 +77,7 @@ func TestShardedCluster(t *testing.T) {
 		// A hot key handed from waiter to waiter across two Clients: each
 		// grant costs one message on the shard's replica link, not one per
 		// node.
-		a, b := newClusterClient(t, rdb), newClusterClient(t, rdb)
+		a, b := newClientOn(t, rdb), newClientOn(t, rdb)
 		name := "bus:hot"
 		const grants = 200
 		before := busMessages(t, nodes)

@@ -892,7 +892,12 @@ func TestCommandsUnderACL(t *testing.T) {
 	wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", "ns", "run", "job", "--", "true"), 0)
 	wantCode(t, dlockRun(t, env, "--redis", url, "run", "job", "--", "true"), 0)
 	wantCode(t, dlockRun(t, env, "--redis", url, "inspect", "job"), 0)
-	wantCode(t, dlockRun(t, env, "--redis", url, "inspect", "--all"), 0)
+	all := dlockRun(t, env, "--redis", url, "inspect", "--all")
+	wantCode(t, all, 0)
+	// Names are shown without the namespace.
+	if !strings.Contains(all.stdout, "job") || strings.Contains(all.stdout, "ns:") {
+		t.Fatalf("inspect --all under the namespace:\n%s", all.stdout)
+	}
 	wantCode(t, dlockRun(t, env, "--redis", url, "unlock", "--force", "job"), 0)
 	wantCode(t, dlockRun(t, env, "--redis", url, "doctor"), 0)
 	if n := admin.Exists(ctx, "job").Val(); n != 0 {

@@ -137,14 +137,10 @@ func (r *run) full() bool { return r.o.Limit > 0 && r.f.size() >= r.o.Limit }
 
 func (r *run) want(name string) bool { return r.o.Match == "" || Glob(r.o.Match, name) }
 
-// addLock files a lock key: an election's lock under its election name.
-// The caller holds r.mu.
+// addLock files a lock name (its key without the namespace): an election's
+// lock under its election name. The caller holds r.mu.
 func (r *run) addLock(k string, held bool) {
 	if r.full() {
-		return
-	}
-	k, ok := r.o.Space.Name(k)
-	if !ok {
 		return
 	}
 	if e, ok := keys.NameFromCompanion(keys.ElectionPrefix, k); ok {
@@ -180,8 +176,8 @@ func (r *run) hashes(ctx context.Context, node *redis.Client, ks []string) (bool
 	r.f.Cost.Keys += len(ks)
 	r.f.Cost.Probes += len(ks)
 	for i, k := range ks {
-		if LooksLikeLock(cmds[i].Val()) {
-			r.addLock(k, true)
+		if n, ok := r.o.Space.Name(k); ok && LooksLikeLock(cmds[i].Val()) {
+			r.addLock(n, true)
 		}
 	}
 	return r.full(), nil

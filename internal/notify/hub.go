@@ -145,14 +145,6 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 	}
 }
 
-// Ready reports whether the client channel is subscribed and confirmed, so
-// that a waiter registered in a queue now is sure to hear its hand-off.
-func (h *Hub) Ready() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.clientOK
-}
-
 // Join registers a waiter on lockChannel, the release channel of the lock
 // at lockKey, subscribing it (and, the first time, the client channel: in
 // sharded mode, the client channel of lockKey's slot) when needed. It

@@ -31,7 +31,7 @@ func TestHub(t *testing.T) {
 	ctx := context.Background()
 	h := New(rdb, Config{ClientChannel: "dlock:client:test", Linger: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	defer h.Close()
-	if h.Ready() || h.Listening("lockchan", "k") {
+	if clientReady(h) || h.Listening("lockchan", "k") {
 		t.Fatal("ready or listening before any Join")
 	}
 	w1, err := h.Join(ctx, "lockchan", "k")
@@ -39,7 +39,7 @@ func TestHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2, _ := h.Join(ctx, "lockchan", "k")
-	if !h.Ready() || !h.Listening("lockchan", "k") {
+	if !clientReady(h) || !h.Listening("lockchan", "k") {
 		t.Fatal("not ready or not listening after Join returned")
 	}
 	if h.Listening("otherchan", "k") {
@@ -201,4 +201,11 @@ func TestHubJoinAll(t *testing.T) {
 	for _, w := range []*Waiter{a1, a2, e} {
 		h.Leave(w)
 	}
+}
+
+// clientReady reports whether the client channel is confirmed.
+func clientReady(h *Hub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clientOK
 }

@@ -59,9 +59,6 @@ func (s *Script) For(v Variant) *Script {
 	return m.(*Script)
 }
 
-// Source returns the script's source.
-func (s *Script) Source() string { return s.src.(string) }
-
 // LibMarker is the line where a script wants its library spliced in: after
 // the common case it runs without the library's helpers, whose definitions
 // cost Redis more than that case itself.
