@@ -15,8 +15,7 @@ import (
 )
 
 var (
-	// ErrNoLeader is returned by Election.Leader when the election has no
-	// leader.
+	// ErrNoLeader is returned by Election.Leader when there is no leader.
 	ErrNoLeader = errors.New("dlock: the election has no leader")
 	// ErrResigned is the cause of a leadership context ended by Resign.
 	ErrResigned = errors.New("dlock: leadership resigned")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/testenv"
+	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // testenvRedis returns a redis-server of the test's own.
@@ -28,6 +29,9 @@ func testenvRedis(t testing.TB) *testenv.Redis {
 	})
 	return r
 }
+
+// wire is c's Wire.
+func (c *Client) wire() *wire.Wire { return c.e.Wire }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 

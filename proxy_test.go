@@ -17,7 +17,9 @@ type blackhole struct {
 	ln     net.Listener
 	target string
 	drop   atomic.Bool
-	wg     sync.WaitGroup
+	// dropReplies drops only what Redis sends: calls run, replies are lost.
+	dropReplies atomic.Bool
+	wg          sync.WaitGroup
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -42,7 +44,10 @@ func (b *blackhole) Addr() string { return b.ln.Addr().String() }
 
 // Cut starts dropping every byte; Heal forwards again.
 func (b *blackhole) Cut()  { b.drop.Store(true) }
-func (b *blackhole) Heal() { b.drop.Store(false) }
+func (b *blackhole) Heal() { b.drop.Store(false); b.dropReplies.Store(false) }
+
+// CutReplies starts dropping what Redis sends only; Heal ends it.
+func (b *blackhole) CutReplies() { b.dropReplies.Store(true) }
 
 func (b *blackhole) accept() {
 	defer b.wg.Done()
@@ -66,18 +71,18 @@ func (b *blackhole) accept() {
 		b.conns = append(b.conns, in, out)
 		b.wg.Add(2)
 		b.mu.Unlock()
-		go b.pipe(in, out)
-		go b.pipe(out, in)
+		go b.pipe(in, out, &b.drop)
+		go b.pipe(out, in, &b.dropReplies)
 	}
 }
 
-func (b *blackhole) pipe(from, to net.Conn) {
+func (b *blackhole) pipe(from, to net.Conn, dropThis *atomic.Bool) {
 	defer b.wg.Done()
 	defer to.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := from.Read(buf)
-		if n > 0 && !b.drop.Load() {
+		if n > 0 && !b.drop.Load() && !dropThis.Load() {
 			if _, werr := to.Write(buf[:n]); werr != nil {
 				return
 			}

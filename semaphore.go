@@ -116,8 +116,7 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, wait, lease time.Durati
 	return &Permit{l: l}, nil
 }
 
-// permitRequest is AcquireN's request: permits are not bounded by
-// WithMaxHold.
+// permitRequest is AcquireN's request (permits ignore WithMaxHold).
 func permitRequest(wait, d time.Duration, n int) lease.Request {
 	return lease.Request{Wait: wait, Lease: d, MaxHold: -1, Weight: n}
 }

@@ -2,7 +2,8 @@
 // three things and knows nothing of locks:
 //
 //   - batching: the calls of many goroutines that wait at the same moment go
-//     out as one pipelined round trip;
+//     out as one pipelined round trip, and a call that finds no other in
+//     flight goes out on its caller's goroutine (lone.go);
 //   - ctx is law: a caller waits for its call's reply or its ctx, whichever
 //     comes first, and what the call may have done is undone in the
 //     background, bounded by the cleanup timeout, by the Undo
@@ -33,13 +34,14 @@ type Wire struct {
 	cleanup time.Duration
 	variant Variant // the scripts' variant this Wire runs (SetVariant)
 	batch   batcher
+	lone    *lone // nil: every call goes through the batcher
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
 }
 
 // New returns a Wire over rdb whose background work is bounded by cleanup.
 func New(rdb redis.UniversalClient, cleanup time.Duration) *Wire {
-	w := &Wire{rdb: rdb, cleanup: cleanup}
+	w := &Wire{rdb: rdb, cleanup: cleanup, lone: newLone(rdb)}
 	w.batch.start(w)
 	return w
 }
@@ -122,6 +124,11 @@ func (w *Wire) Do(ctx context.Context, cl *Call) (left bool, err error) {
 		// second argument.
 		cl.Script = cl.Script.For(w.variant)
 		cl.Cmd.Args()[1] = cl.Script.sha
+	}
+	if w.lone != nil {
+		if ok, left, err := w.tryLone(ctx, cl); ok {
+			return left, err
+		}
 	}
 	w.batch.submit(cl)
 	return w.wait(ctx, cl)
@@ -231,7 +238,14 @@ func (w *Wire) Drain() <-chan struct{} { return w.batch.drain() }
 // Stop ends the batch workers once their queue is empty; calls made
 // afterwards are sent on goroutines of their own, so that a cleanup that
 // outlives Close's budget still reaches Redis.
-func (w *Wire) Stop() { w.batch.stop() }
+func (w *Wire) Stop() {
+	w.batch.stop()
+	if w.lone != nil {
+		// An inline call on it fails and is resent on a goroutine of its
+		// own, as every call after Stop is.
+		_ = w.lone.rdb.Close()
+	}
+}
 
 // batcher sends the calls of one Client's goroutines, coalescing those that
 // are waiting into one pipelined round trip: Redis then reads, runs and
@@ -267,9 +281,25 @@ func (b *batcher) start(w *Wire) {
 	}
 }
 
-func (b *batcher) submit(cl *Call) {
+func (b *batcher) submit(cl *Call) { b.enqueue(cl, 1) }
+
+// alone reports whether no call is pending, and if so counts one that the
+// caller sends itself (delivered when done, or enqueue).
+func (b *batcher) alone() bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending > 0 || b.stopped {
+		return false
+	}
 	b.pending++
+	return true
+}
+
+// enqueue queues a call, adding n to the calls pending (0 for one already
+// counted by alone).
+func (b *batcher) enqueue(cl *Call, n int) {
+	b.mu.Lock()
+	b.pending += n
 	if b.stopped {
 		b.mu.Unlock()
 		go b.exec([]*Call{cl})

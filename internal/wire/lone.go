@@ -1,0 +1,179 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// lone sends a call on its caller's own goroutine when no other call of the
+// Client is in flight: a lone caller then pays one round trip per call and
+// no goroutine hand-off (two scheduler wake-ups per call, about a tenth of
+// an uncontended Lock+Unlock pair on two cores). Calls that find another in
+// flight go through the batcher, which keeps batches as deep as before.
+//
+// The call goes out on a connection of the Wire's own, dialed from the
+// go-redis client's options, because ctx is law: to return when its ctx
+// ends while Redis says nothing, the caller must be able to interrupt the
+// read it is blocked in, and only a connection the Wire dialed itself
+// gives it the net.Conn to set a deadline on. An interrupted call may have
+// run, so it is resent through the batcher, abandoned, and its Undo runs
+// with the resend's reply (every call sent through Do is safe to resend:
+// go-redis resends too).
+//
+// Only a plain *redis.Client gets the connection: a Cluster's, a Ring's or
+// a Sentinel failover client's calls follow topology that a lone connection
+// would not, so they always go through the batcher. The connection is used
+// only once a background PING on it has been answered, so a caller never
+// waits for a dial.
+type lone struct {
+	rdb *redis.Client // pool of one connection, no retries: a failed call goes through the batcher
+	mu  sync.Mutex    // held by the call on the connection
+
+	conn     atomic.Pointer[net.Conn] // the connection last dialed
+	ready    atomic.Bool              // answered a PING since it was last dialed or failed
+	lastDial atomic.Int64             // when redial last started, Unix ns
+
+	// The caller's ctx may end while its call is on the connection:
+	// interrupt then sets a past deadline, only while the call is in
+	// flight (go-redis sets new deadlines before the next call anyway).
+	imu         sync.Mutex
+	inflight    bool
+	interruptFn func() // interrupt, bound once
+}
+
+// newLone returns the lone connection's state for rdb, or nil when rdb is
+// not a plain *redis.Client.
+func newLone(rdb redis.UniversalClient) *lone {
+	c, ok := rdb.(*redis.Client)
+	if !ok || c.Options().Addr == "FailoverClient" {
+		return nil
+	}
+	l := &lone{}
+	l.interruptFn = l.interrupt
+	opt := *c.Options()
+	dial := opt.Dialer
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := dial(ctx, network, addr)
+		if err == nil {
+			l.conn.Store(&cn)
+		}
+		return cn, err
+	}
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
+	opt.MaxRetries = -1
+	// go-redis sets a deadline before every read and write only when its
+	// timeouts are not disabled; the interrupt's deadline must not outlive
+	// the call it ended.
+	if opt.ReadTimeout <= 0 {
+		opt.ReadTimeout = time.Minute
+	}
+	if opt.WriteTimeout <= 0 {
+		opt.WriteTimeout = time.Minute
+	}
+	// Its pushes (maintenance notices) are the go-redis client's to
+	// follow: the lone connection only fails over to the batcher.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.ContextTimeoutEnabled = true // a dial or a wait for the connection honours ctx
+	l.rdb = redis.NewClient(&opt)
+	return l
+}
+
+// tryLone sends cl on the caller's goroutine if the connection is ready
+// and no other call is in flight, and reports false, having done nothing,
+// otherwise. When it reports true the call is done with: answered on the
+// connection, or resent through the batcher and waited for as any call.
+func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error) {
+	l := w.lone
+	if !l.ready.Load() {
+		w.redial()
+		return false, false, nil
+	}
+	if ctx.Err() != nil || !l.mu.TryLock() {
+		return false, false, nil
+	}
+	if !w.batch.alone() {
+		l.mu.Unlock()
+		return false, false, nil
+	}
+	cl.state.Store(sent)
+	l.imu.Lock()
+	l.inflight = true
+	l.imu.Unlock()
+	stop := context.AfterFunc(ctx, l.interruptFn)
+	_ = l.rdb.Process(ctx, cl.Cmd)
+	if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
+		cl.Script.evalInstead(ctx, l.rdb, cl.Cmd)
+	}
+	stop()
+	l.imu.Lock()
+	l.inflight = false
+	l.imu.Unlock()
+	l.mu.Unlock()
+	if isReply(cl.Cmd.Err()) {
+		cl.state.Store(answered)
+		w.batch.delivered(1)
+		return true, false, nil
+	}
+	// It may have run, so it must not be dropped; and the connection is
+	// suspect until a PING is answered on it again.
+	cl.Droppable = false
+	l.ready.Store(false)
+	w.redial()
+	// The batcher resends it and the caller waits for that as for any
+	// call: if its ctx is done, the resend's reply goes to the call's Undo.
+	cl.state.Store(queued)
+	cl.Cmd.SetErr(nil)
+	w.batch.enqueue(cl, 0)
+	left, err = w.wait(ctx, cl)
+	return true, left, err
+}
+
+// LoneReady reports whether a caller that finds no other call in flight
+// sends its call itself now.
+func (w *Wire) LoneReady() bool { return w.lone != nil && w.lone.ready.Load() }
+
+// isReply reports whether err is a reply of Redis (or none): the call ran
+// and its reply is in.
+func isReply(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+func (l *lone) interrupt() {
+	l.imu.Lock()
+	defer l.imu.Unlock()
+	if !l.inflight {
+		return
+	}
+	if cn := l.conn.Load(); cn != nil {
+		_ = (*cn).SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// redial makes the connection ready in the background: a PING, bounded by
+// the cleanup timeout, dials it if it must. One at a time, at most one a
+// second: a Redis that refuses costs a lone caller nothing.
+func (w *Wire) redial() {
+	l := w.lone
+	now := time.Now().UnixNano()
+	if last := l.lastDial.Load(); now-last < int64(time.Second) || !l.lastDial.CompareAndSwap(last, now) {
+		return
+	}
+	w.Detach(func(ctx context.Context) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.rdb.Ping(ctx).Err() == nil {
+			l.ready.Store(true)
+		}
+	})
+}

@@ -1,0 +1,183 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// callCounter counts the commands a go-redis client sends, alone or in
+// pipelines.
+type callCounter struct{ alone, piped, pipelines atomic.Int64 }
+
+func (h *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			h.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// lockUnlock takes and releases name n times.
+func lockUnlock(ctx context.Context, c *Client, name string, n int) error {
+	for range n {
+		m := c.Mutex(name)
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		if err := m.Unlock(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A caller that finds no other call of its Client in flight sends its call
+// itself, on the Client's own connection: the go-redis client it was given
+// sees none of them. Concurrent callers still share the batch workers'
+// pipelined round trips.
+func TestLoneCallerSendsItsOwnCall(t *testing.T) {
+	rdb := rdbFor(t, shared)
+	var seen callCounter
+	rdb.AddHook(&seen)
+	c := newClientOn(t, rdb)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	// The first calls go through the batcher while the connection is dialed
+	// in the background.
+	waitFor(t, "the lone connection", func() bool {
+		_ = lockUnlock(ctx, c, "lone:warm", 1)
+		before := seen.alone.Load() + seen.piped.Load()
+		_ = lockUnlock(ctx, c, "lone:warm", 1)
+		return seen.alone.Load()+seen.piped.Load() == before
+	})
+	before := seen.alone.Load() + seen.piped.Load()
+	if err := lockUnlock(ctx, c, "lone:seq", 200); err != nil {
+		t.Fatal(err)
+	}
+	if n := seen.alone.Load() + seen.piped.Load() - before; n != 0 {
+		t.Errorf("400 calls of a lone caller: %d went through the go-redis client, want 0", n)
+	}
+
+	seen.alone.Store(0)
+	seen.piped.Store(0)
+	seen.pipelines.Store(0)
+	const g, k = 16, 50
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := lockUnlock(ctx, c, fmt.Sprintf("lone:par:%d", i), k); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	through := seen.alone.Load() + seen.piped.Load()
+	if through < g*k*2/2 {
+		t.Errorf("%d concurrent callers: only %d of %d calls went through the batcher", g, through, g*k*2)
+	}
+	if p := seen.pipelines.Load(); p == 0 || float64(seen.piped.Load())/float64(p) < 2 {
+		t.Errorf("%d concurrent callers: %d calls in %d pipelines, want batches of 2 or more", g, seen.piped.Load(), p)
+	}
+}
+
+// ctx is law on the lone connection too: a lone caller whose Redis goes
+// silent mid-call returns once its ctx ends (deadline or cancel), and the
+// acquisition that happened (Redis ran the call; its reply was lost) is
+// undone once Redis answers again, long before the lock's TTL.
+func TestLoneCallerCtxIsLaw(t *testing.T) {
+	for _, how := range []string{"deadline", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			b := startBlackhole(t, shared.Addr())
+			c := clientVia(t, b)
+			rdb := rdbFor(t, shared)
+			ctx := ctxT(t)
+			name := "lone:law:" + how
+			waitFor(t, "the lone connection", func() bool {
+				return lockUnlock(ctx, c, name, 1) == nil && c.wire().LoneReady()
+			})
+			// The call runs; its reply is lost.
+			b.CutReplies()
+			const budget = 100 * time.Millisecond
+			cctx, cancel := context.WithTimeout(ctx, budget)
+			if how == "cancel" {
+				cctx, cancel = context.WithCancel(ctx)
+				time.AfterFunc(budget, cancel)
+			}
+			defer cancel()
+			start := time.Now()
+			err := c.Mutex(name).Lock(cctx)
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lock on a silent Redis: %v, want the ctx's error", err)
+			}
+			// Slack for a loaded 2-core box; go-redis alone keeps a call
+			// for its read timeout, 3 s.
+			if took > budget+900*time.Millisecond {
+				t.Errorf("Lock returned %v after its ctx's %v", took, budget)
+			}
+			b.Heal()
+			// Whether the call ran or not, no hold of it remains: the
+			// resend's reply goes to the Undo, which releases it.
+			waitFor(t, "the abandoned acquisition undone", func() bool {
+				return rdb.Exists(ctx, name).Val() == 0
+			})
+			if err := lockUnlock(ctx, c, name, 1); err != nil {
+				t.Fatalf("after healing: %v", err)
+			}
+		})
+	}
+}
+
+// A lone connection that Redis dropped fails the next lone call; the call
+// is resent through the go-redis client and succeeds, and a new connection
+// is dialed in the background.
+func TestLoneConnectionLost(t *testing.T) {
+	rdb := rdbFor(t, shared)
+	c := newClientOn(t, rdb)
+	ctx := ctxT(t)
+	waitFor(t, "the lone connection", func() bool {
+		return lockUnlock(ctx, c, "lone:lost", 1) == nil && c.wire().LoneReady()
+	})
+	// Every normal connection but the one this command comes on, the lone
+	// one among them.
+	if err := rdb.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Mutex("lone:lost")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock after the connection was dropped: %v", err)
+	}
+	if n, err := m.HoldCount(ctx); err != nil || n != 1 {
+		t.Fatalf("HoldCount after the resent Lock: %v, %v; want 1", n, err)
+	}
+	mustUnlock(t, m)
+	waitFor(t, "the lone connection again", func() bool {
+		return lockUnlock(ctx, c, "lone:lost", 1) == nil && c.wire().LoneReady()
+	})
+	// SCRIPT FLUSH: a lone call finds NOSCRIPT and is resent with its
+	// script.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockUnlock(ctx, c, "lone:lost", 2); err != nil {
+		t.Fatalf("after SCRIPT FLUSH: %v", err)
+	}
+}
