@@ -104,6 +104,9 @@ func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, prog
 	if err != nil {
 		return fmt.Errorf("locking %d names: %w", cfg.Held, err)
 	}
+	if err := settleWarm(ctx, srv); err != nil { // renewals are periodic: quiet comes between them
+		return err
+	}
 	if err := srv.ResetStats(ctx); err != nil {
 		return err
 	}
@@ -160,6 +163,9 @@ func scaleWaitersRun(ctx context.Context, srv *redisServer, cfg scaleConfig, pro
 	}
 	// Warm the waiter client's connections and pub/sub.
 	if err := warmUp(ctx, 16, func(int) Client { return waiters }, "bench:scale:warm"); err != nil {
+		return err
+	}
+	if err := settleWarm(ctx, srv); err != nil { // the doctor's goroutine ends before g0 is read
 		return err
 	}
 
