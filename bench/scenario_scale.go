@@ -58,31 +58,6 @@ func runScale(ctx context.Context, srv *redisServer, cfg scaleConfig, progress i
 	return res, scaleWaitersRun(ctx, srv, cfg, progress, res)
 }
 
-// parallel runs f(0..n-1) on workers goroutines and returns the first error.
-func parallel(workers, n int, f func(i int) error) error {
-	var next atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
-
 // scaleHeldLocks: 10,000 locks held by one Client in watchdog mode; Redis
 // commands per renewal period, measured over two watchdog periods.
 func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, progress io.Writer, res *ScaleResult) error {
