@@ -19,7 +19,7 @@ func TestCostSmall(t *testing.T) {
 	if len(unknown) > 0 {
 		t.Fatal(unknown)
 	}
-	cfg := CostConfig{W: []int{1, 3}, Grants: 6, Hold: time.Millisecond,
+	cfg := CostConfig{W: []int{1, 2, 4}, Grants: 8, Hold: time.Millisecond,
 		Held: 600, HeldTTL: 300 * time.Millisecond, HeldFor: 300 * time.Millisecond,
 		P: []int{1, 3}, WaitFor: 300 * time.Millisecond, WaitStart: 100 * time.Millisecond}
 	var problems []string
@@ -27,8 +27,8 @@ func TestCostSmall(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("problems: %v", problems)
 	}
-	if len(res.Grant) != 4 {
-		t.Fatalf("%d per-grant groups, want 2 libs × 2 W", len(res.Grant))
+	if len(res.Grant) != 6 {
+		t.Fatalf("%d per-grant groups, want 2 libs × 3 W", len(res.Grant))
 	}
 	for _, g := range res.Grant {
 		if g.Grants != g.W*max(1, cfg.Grants/g.W) || g.CPUGrantUs.Median <= 0 || g.Violations != 0 {

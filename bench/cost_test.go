@@ -50,8 +50,9 @@ func TestWriteCost(t *testing.T) {
 	hk := func(lib string, w int, cpu float64) HotkeyGroup {
 		return HotkeyGroup{Lib: lib, W: w, Mode: "separate", CPUGrantUs: Summary{Median: cpu, Min: cpu, Max: cpu}, CmdsPerGrant: Summary{Median: 10, Min: 10, Max: 10}, Runs: []HotkeyRun{{}}}
 	}
-	c := &CostResult{Hold: 5, Grants: 200, Config: CostConfigJSON{W: []int{1, 10}, Held: 1000, HeldTTLS: 3, HeldForS: 6, P: []int{10, 100}, WaitForS: 6}}
-	c.Grant = []HotkeyGroup{hk("dlock", 1, 102), hk("dlock", 10, 120), hk("spin-5ms", 1, 50), hk("spin-5ms", 10, 140)}
+	c := &CostResult{Hold: 5, Grants: 200, Config: CostConfigJSON{W: []int{1, 2, 10}, Held: 1000, HeldTTLS: 3, HeldForS: 6, P: []int{10, 100}, WaitForS: 6}}
+	// W=1 (no waiter) is off the line and given apart.
+	c.Grant = []HotkeyGroup{hk("dlock", 1, 70), hk("dlock", 2, 104), hk("dlock", 10, 120), hk("spin-5ms", 1, 50), hk("spin-5ms", 2, 60), hk("spin-5ms", 10, 140)}
 	c.Held = []CostHeldRun{{Lib: "dlock", Locks: 1000, RenewalS: 1, WindowS: 6, CPUPerLockPeriodUs: 5, CPUPerLockSecUs: 5, KeysBefore: 1000, KeysAfter: 1000}}
 	// Total CPU per second 1000 + 3·P for dlock: 1300 and 1300 µs/s at
 	// P=10, 100 per process 130 and 13, the slope 3.
@@ -65,9 +66,9 @@ func TestWriteCost(t *testing.T) {
 	writeCost(&b, &Report{Meta: Meta{Reps: 1}, Cost: c})
 	out := b.String()
 	for _, want := range []string{
-		"| dlock | ≈ 100 + 2.00·W µs (worst point 0% off) | 5.00 µs (period 1.00 s; 5.00 µs per lock per second) | 3.00 µs/s",
-		"| spin-5ms | ≈ 40.0 + 10.0·W µs (worst point 0% off) | no renewal (fixed TTL) | – |", // one valid P point: no line
-		"g·(100 + 2.00·W) + N·5.00/T + P·3.00",
+		"| dlock | ≈ 100 + 2.00·W µs (worst point 0% off) | 70.0 µs | 5.00 µs (period 1.00 s; 5.00 µs per lock per second) | 3.00 µs/s",
+		"| spin-5ms | ≈ 40.0 + 10.0·W µs (worst point 0% off) | 50.0 µs | no renewal (fixed TTL) | – |", // one valid P point: no line
+		"u·70.0 + g·(100 + 2.00·W) + N·5.00/T + P·3.00",
 		"**invalid: 1 granted**",
 	} {
 		if !strings.Contains(out, want) {

@@ -9,9 +9,12 @@ import (
 
 // costFits are the lines RESULTS.md's cost model gives per lib.
 type costFits struct {
-	grantCPU, grantCmds *Line // per grant vs W (medians over reps)
-	waitCPU             *Line // total µs per second vs P (holder + P waiters)
-	held                *CostHeldRun
+	grantCPU, grantCmds *Line // per grant vs W (medians over reps), W >= 2
+	// aloneCPU is the W=1 point (no waiter: an uncontended pair), a regime
+	// of its own (no wait, no wake-up), so not on the line.
+	aloneCPU *float64
+	waitCPU  *Line // total µs per second vs P (holder + P waiters)
+	held     *CostHeldRun
 }
 
 // fitCost fits every lib's lines from a CostResult; libs in first-seen order.
@@ -29,7 +32,12 @@ func fitCost(c *CostResult) (libs []string, fits map[string]*costFits) {
 	type pts struct{ x, cpu, cmds []float64 }
 	grant := map[string]*pts{}
 	for _, g := range c.Grant {
-		get(g.Lib)
+		f := get(g.Lib)
+		if g.W == 1 {
+			v := g.CPUGrantUs.Median
+			f.aloneCPU = &v
+			continue
+		}
 		p := grant[g.Lib]
 		if p == nil {
 			p = &pts{}
@@ -86,11 +94,14 @@ func writeCost(w io.Writer, rep *Report) {
 	reps := rep.Meta.Reps
 
 	p("## (f) Cost model\n\n")
-	p("What Redis's main thread (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, as in (a) and (b)) spends on locks, as three rates to add up for a deployment. Lines are least-squares fits over this run's points; *worst point* is the largest relative distance of a point from its line.\n\n")
-	p("| lib | Redis CPU per grant, W waiters on the key | per held lock per renewal period | per waiting process per second |\n|---|---|---|---|\n")
+	p("What Redis's main thread (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, as in (a) and (b)) spends on locks, as three rates to add up for a deployment. Lines are least-squares fits over this run's points; *worst point* is the largest relative distance of a point from its line. Per grant, the line is fitted over W ≥ 2 (someone waits); W = 1, a lone acquirer that never waits, is given apart.\n\n")
+	p("| lib | Redis CPU per grant, W ≥ 2 waiters on the key | W = 1 | per held lock per renewal period | per waiting process per second |\n|---|---|---|---|---|\n")
 	for _, lib := range libs {
 		f := fits[lib]
-		grant, held, wait := "–", "–", "–"
+		grant, alone, held, wait := "–", "–", "–", "–"
+		if f.aloneCPU != nil {
+			alone = fmtNum(*f.aloneCPU) + " µs"
+		}
 		if f.grantCPU != nil {
 			grant = fmt.Sprintf("≈ %s µs (worst point %.0f%% off)", f.grantCPU.String("W"), 100*f.grantCPU.MaxRelDev)
 		}
@@ -102,13 +113,13 @@ func writeCost(w io.Writer, rep *Report) {
 		if f.waitCPU != nil {
 			wait = fmt.Sprintf("%s µs/s (total ≈ %s µs/s; the constant is Redis's own background work and the holder)", fmtNum(f.waitCPU.B), f.waitCPU.String("P"))
 		}
-		p("| %s | %s | %s | %s |\n", lib, grant, held, wait)
+		p("| %s | %s | %s | %s | %s |\n", lib, grant, alone, held, wait)
 	}
 	p("\n")
-	if f := fits["dlock"]; f != nil && f.grantCPU != nil && f.held != nil && f.waitCPU != nil {
-		p("For dlock: a Redis granting g locks per second with W waiters per key, while N locks are held in watchdog mode (renewal period T = watchdog timeout / 3) and P processes wait, spends about\n\n")
-		p("    g·(%s + %s·W) + N·%s/T + P·%s  µs of main-thread CPU per second\n\n", fmtNum(f.grantCPU.A), fmtNum(f.grantCPU.B), fmtNum(f.held.CPUPerLockPeriodUs), fmtNum(f.waitCPU.B))
-		p("(1,000,000 is one core). With the default 30 s watchdog, T = 10 s.\n\n")
+	if f := fits["dlock"]; f != nil && f.grantCPU != nil && f.held != nil && f.waitCPU != nil && f.aloneCPU != nil {
+		p("For dlock: a Redis making u uncontended grants per second, and g grants per second of keys with W ≥ 2 waiters, while N locks are held in watchdog mode (renewal period T = watchdog timeout / 3) and P processes wait, spends about\n\n")
+		p("    u·%s + g·(%s + %s·W) + N·%s/T + P·%s  µs of main-thread CPU per second\n\n", fmtNum(*f.aloneCPU), fmtNum(f.grantCPU.A), fmtNum(f.grantCPU.B), fmtNum(f.held.CPUPerLockPeriodUs), fmtNum(f.waitCPU.B))
+		p("(1,000,000 µs/s is one core). With the default 30 s watchdog, T = 10 s.\n\n")
 	}
 
 	if len(c.Grant) > 0 {
@@ -120,7 +131,7 @@ func writeCost(w io.Writer, rep *Report) {
 			sep += "---|"
 		}
 		p("### Per grant vs waiters W\n\n")
-		p("W Clients (*separate*, as in (b)) take turns on one key, K = max(1, %d/W) acquisitions each, holding it L = %s ms. Median over %d repetition(s), min–max in parentheses. K falls as W grows, so a Client's one-time costs in the window (its pub/sub connection, its first wait) add about their cost × W / %d per grant: part of b.\n\n", c.Grants, fmtNum(c.Hold), reps, c.Grants)
+		p("W Clients (*separate*, as in (b)) take turns on one key, K = max(1, %d/W) acquisitions each, holding it L = %s ms. Median over %d repetition(s), min–max in parentheses; the fit is over W ≥ 2. K falls as W grows, so a Client's one-time costs in the window (its pub/sub connection, its first wait) add about their cost × W / %d per grant: part of b.\n\n", c.Grants, fmtNum(c.Hold), reps, c.Grants)
 		for _, t := range []struct {
 			title string
 			val   func(HotkeyGroup) Summary
