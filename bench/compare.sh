@@ -22,7 +22,14 @@
 #    right after another.
 #
 # Knobs (environment): BLOCKS (10), DUR (1s, one uncontended run), GRANTS
-# (300 per hot-key run, K = GRANTS/W), W (10,100; issue 21 needs only 100).
+# (300 per hot-key run, K = GRANTS/W), W (10,100; issue 21 needs only 100),
+# HARNESS: "current" (default) builds both binaries from the bench/ of the
+# checkout this script runs from (its working tree), so only dlock differs
+# between them: a harness change between the two commits (how runs are
+# warmed up and counted) would otherwise show as a dlock change. Where that
+# bench/ does not compile against a commit's dlock (an API it lacks), that
+# side falls back to the commit's own bench/, with a warning. "own" always
+# uses each commit's own bench/.
 #
 # Run time on 2 cores: a bench process takes about 6.3 s with DUR=1s W=10,100
 # (4.5 s with W=100), plus about 0.5 s to start it. Default mode: 2 processes
@@ -44,9 +51,22 @@ work=$(mktemp -d /tmp/dlock-compare.XXXXXX)
 declare -A commit=([before]=$(git -C "$repo" rev-parse --short "$1^{commit}") [after]=$(git -C "$repo" rev-parse --short "$2^{commit}"))
 trap 'for s in before after; do git -C "$repo" worktree remove --force "$work/src-$s" 2>/dev/null || true; done; rm -f "$work"/bench-{before,after}' EXIT
 
+HARNESS=${HARNESS:-current} harness_note=
+build() { (cd "$work/src-$1/bench" && GOWORK=off go build -trimpath -buildvcs=false -o "$work/bench-$1" .); }
 for s in before after; do
 	git -C "$repo" worktree add -q --detach "$work/src-$s" "${commit[$s]}"
-	(cd "$work/src-$s/bench" && GOWORK=off go build -buildvcs=false -o "$work/bench-$s" .)
+	if [ "$HARNESS" = current ]; then
+		rm -rf "$work/src-$s/bench" && mkdir "$work/src-$s/bench"
+		cp "$here"/go.mod "$here"/go.sum "$here"/*.go "$work/src-$s/bench/"
+		if ! build "$s" 2>"$work/build-$s.log"; then
+			echo "WARNING: this bench/ does not build against ${commit[$s]}'s dlock ($(grep -v '^go: downloading' "$work/build-$s.log" | tr '\n' ' ' | head -c 300)); $s uses ${commit[$s]}'s own bench/" >&2
+			harness_note+=" ($s: its own bench/, this one does not build against it)"
+			rm -rf "$work/src-$s/bench" && git -C "$work/src-$s" checkout -q HEAD -- bench
+			build "$s"
+		fi
+	else
+		build "$s"
+	fi
 done
 cmp -s "$work/bench-before" "$work/bench-after" && echo "WARNING: the two binaries are identical" >&2
 
@@ -86,6 +106,6 @@ fi
 
 echo "### ${commit[before]} → ${commit[after]}: $what"
 echo
-echo "\`${args[*]}\`; load average $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $((SECONDS - t0)) s; raw: $work/runs"
+echo "harness: $HARNESS$harness_note; \`${args[*]}\`; load average $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $((SECONDS - t0)) s; raw: $work/runs"
 echo
 python3 "$here/compare_summary.py" "$work/runs"
