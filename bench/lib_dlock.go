@@ -71,6 +71,18 @@ func (l dlockLib) NewClient(addr string) (Client, error) {
 	return c, nil
 }
 
+// NewRenewingClient implements renewingLib: the variant's options plus
+// WithWatchdogTimeout(ttl); dlock renews watchdog-mode holds every third of
+// it, in batched script calls.
+func (l dlockLib) NewRenewingClient(addr string, ttl time.Duration) (Client, time.Duration, error) {
+	c, err := newDlockClient(addr, append(l.v.opts(), dlock.WithWatchdogTimeout(ttl))...)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.handle = l.v.handle
+	return c, ttl / 3, nil
+}
+
 func newDlockClient(addr string, opts ...dlock.Option) (*dlockClient, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	c, err := dlock.New(rdb, opts...)

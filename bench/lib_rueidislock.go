@@ -36,10 +36,21 @@ func (rueidislockLib) Settings() string {
 func (rueidislockLib) Rewaits() int64 { return rueidislockRewaits.Load() }
 
 func (rueidislockLib) NewClient(addr string) (Client, error) {
+	return newRueidislockClient(addr, rueidislockValidity)
+}
+
+// NewRenewingClient implements renewingLib: KeyValidity ttl; rueidislock
+// extends each held key on its own every ExtendInterval (default ttl/2).
+func (rueidislockLib) NewRenewingClient(addr string, ttl time.Duration) (Client, time.Duration, error) {
+	c, err := newRueidislockClient(addr, ttl)
+	return c, ttl / 2, err
+}
+
+func newRueidislockClient(addr string, validity time.Duration) (Client, error) {
 	lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
 		ClientOption:   rueidis.ClientOption{InitAddress: []string{addr}},
 		KeyMajority:    1,
-		KeyValidity:    rueidislockValidity,
+		KeyValidity:    validity,
 		NoLoopTracking: true,
 	})
 	if err != nil {

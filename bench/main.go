@@ -42,13 +42,18 @@ type SuiteConfig struct {
 
 	Scale bool
 
+	Cost    bool
+	CostCfg CostConfig
+
 	Cluster    bool
 	ClusterCfg ClusterConfig
 }
 
 // single says whether a scenario that runs on the single private
 // redis-server is selected (the cluster scenario starts its own servers).
-func (c SuiteConfig) single() bool { return c.Uncontended || c.Hotkey || c.Ceiling || c.Scale }
+func (c SuiteConfig) single() bool {
+	return c.Uncontended || c.Hotkey || c.Ceiling || c.Scale || c.Cost
+}
 
 // scaleRunner is scenario (d); set by scenario_scale.go, which needs dlock
 // and is left out by -tags nodlock.
@@ -68,7 +73,7 @@ func run(args []string, stderr io.Writer) int {
 		full        = fs.Bool("full", false, "run everything, bigger: 3 s uncontended runs, ~1000 grants per hot-key run, redis-benchmark every rep, and scale (d) (dlock only)")
 		reps        = fs.Int("reps", 3, "repetitions R of each scenario (median and min–max are reported)")
 		libsFlag    = fs.String("libs", "", "comma-separated libs to run (default all): "+libNames())
-		scenarios   = fs.String("scenarios", "", "comma-separated scenarios: uncontended,hotkey,ceiling,scale,cluster (default: the first three; -full adds scale; cluster only when named)")
+		scenarios   = fs.String("scenarios", "", "comma-separated scenarios: uncontended,hotkey,ceiling,scale,cost,cluster (default: the first three; -full adds scale; cost and cluster only when named)")
 		dur         = fs.Duration("duration", 0, "duration of one uncontended run (default 500ms, -full 3s)")
 		gs          = fs.String("g", "1,16", "uncontended goroutine counts")
 		ws          = fs.String("w", "10,100", "hot-key goroutine counts W")
@@ -87,6 +92,11 @@ func run(args []string, stderr io.Writer) int {
 		clDur       = fs.Duration("cluster-duration", time.Second, "cluster scenario: duration of one uncontended run")
 		clW         = fs.Int("cluster-w", 10, "cluster scenario: hot-key waiters W (one Client each)")
 		clGrants    = fs.Int("cluster-grants", 200, "cluster scenario: target grants per hot-key run")
+		costW       = fs.String("cost-w", "1,2,5,10,20,50,100", "cost scenario: waiters W per key for the per-grant fit")
+		costGrants  = fs.Int("cost-grants", defaultCost.Grants, "cost scenario: target grants per per-grant run, K = grants/W")
+		costHeld    = fs.Int("cost-held", defaultCost.Held, "cost scenario: locks held idle by one Client")
+		costP       = fs.String("cost-p", "10,50", "cost scenario: waiting processes P for the per-waiter fit")
+		costWindow  = fs.Duration("cost-window", defaultCost.WaitFor, "cost scenario: measured window of the held and waiting parts (dlock re-checks every 3 s: keep a multiple)")
 		render      = fs.String("render", "", "measure nothing: re-render RESULTS.md and results.svg (and results.json) into -out from this results.json")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -157,6 +167,8 @@ func run(args []string, stderr io.Writer) int {
 			cfg.Ceiling = true
 		case "scale", "d":
 			cfg.Scale = true
+		case "cost", "f":
+			cfg.Cost = true
 		case "cluster":
 			cfg.Cluster = true
 		default:
@@ -166,6 +178,17 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.Reps < 1 {
 		fmt.Fprintln(stderr, "-reps must be >= 1")
+		return 2
+	}
+	cfg.CostCfg = defaultCost
+	cfg.CostCfg.Grants, cfg.CostCfg.Held, cfg.CostCfg.Hold = *costGrants, *costHeld, cfg.Hold
+	cfg.CostCfg.HeldFor, cfg.CostCfg.WaitFor = *costWindow, *costWindow
+	if cfg.CostCfg.W, err = parseInts(*costW); err != nil {
+		fmt.Fprintln(stderr, "-cost-w:", err)
+		return 2
+	}
+	if cfg.CostCfg.P, err = parseInts(*costP); err != nil {
+		fmt.Fprintln(stderr, "-cost-p:", err)
 		return 2
 	}
 	srvPath := findBin(*serverBin, "redis-server")
@@ -409,6 +432,9 @@ func runSuite(ctx context.Context, srv *redisServer, libs []Lib, cfg SuiteConfig
 			}
 			rep.Scale = sr
 		}
+	}
+	if cfg.Cost && ctx.Err() == nil {
+		rep.Cost = runCost(ctx, srv, libs, cfg.CostCfg, R, progress, problem)
 	}
 	if ctx.Err() != nil {
 		problem("interrupted: %v", ctx.Err())

@@ -21,6 +21,7 @@ type Report struct {
 	Hotkey      []HotkeyGroup      `json:"hotkey,omitempty"`
 	Ceiling     *CeilingGroup      `json:"ceiling,omitempty"`
 	Scale       *ScaleResult       `json:"scale,omitempty"`
+	Cost        *CostResult        `json:"cost,omitempty"`
 	// Problems are invalid runs (exclusion violations first); any entry
 	// makes the bench exit non-zero.
 	Problems []string `json:"problems,omitempty"`
@@ -465,6 +466,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| drain: %d grants in | %.2f s, %s commands and %s µs of Redis main-thread CPU per grant |\n", s.Grants, s.DrainSeconds, fmtNum(s.DrainCmdsPerGrant), fmtNum(s.DrainCPUPerGrantUs))
 		p("| violations / errors | %d / %d %s |\n\n", s.Violations, s.Errors, s.FirstError)
 	}
+	writeCost(w, rep)
 	if len(rep.Notes) > 0 {
 		p("## Notes\n\n")
 		for _, n := range rep.Notes {

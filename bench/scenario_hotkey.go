@@ -135,6 +135,9 @@ func runHotkey(ctx context.Context, srv target, lib Lib, cfg HotkeyConfig, rep i
 	if err := warmUp(ctx, cfg.W, clientOf, fmt.Sprintf("bench:warm:%d", seq)); err != nil {
 		return r, fmt.Errorf("%s: warm-up: %w", lib.Name(), err)
 	}
+	if err := settleWarm(ctx, srv); err != nil {
+		return r, err
+	}
 
 	timeout := cfg.Timeout
 	if timeout <= 0 {

@@ -58,31 +58,6 @@ func runScale(ctx context.Context, srv *redisServer, cfg scaleConfig, progress i
 	return res, scaleWaitersRun(ctx, srv, cfg, progress, res)
 }
 
-// parallel runs f(0..n-1) on workers goroutines and returns the first error.
-func parallel(workers, n int, f func(i int) error) error {
-	var next atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
-
 // scaleHeldLocks: 10,000 locks held by one Client in watchdog mode; Redis
 // commands per renewal period, measured over two watchdog periods.
 func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, progress io.Writer, res *ScaleResult) error {
@@ -103,6 +78,9 @@ func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, prog
 	res.AcquireAllSeconds = time.Since(t0).Seconds()
 	if err != nil {
 		return fmt.Errorf("locking %d names: %w", cfg.Held, err)
+	}
+	if err := settleWarm(ctx, srv); err != nil { // renewals are periodic: quiet comes between them
+		return err
 	}
 	if err := srv.ResetStats(ctx); err != nil {
 		return err
@@ -160,6 +138,9 @@ func scaleWaitersRun(ctx context.Context, srv *redisServer, cfg scaleConfig, pro
 	}
 	// Warm the waiter client's connections and pub/sub.
 	if err := warmUp(ctx, 16, func(int) Client { return waiters }, "bench:scale:warm"); err != nil {
+		return err
+	}
+	if err := settleWarm(ctx, srv); err != nil { // the doctor's goroutine ends before g0 is read
 		return err
 	}
 

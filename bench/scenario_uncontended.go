@@ -71,6 +71,9 @@ func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedCon
 	if err := warmUp(ctx, cfg.G, func(int) Client { return c }, fmt.Sprintf("bench:warm:%d", seq)); err != nil {
 		return r, fmt.Errorf("%s: warm-up: %w", lib.Name(), err)
 	}
+	if err := settleWarm(ctx, srv); err != nil {
+		return r, err
+	}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration+30*time.Second)
 	defer cancel()
 
