@@ -55,6 +55,43 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 	}
 }
 
+// A renewal costs Redis HEXISTS + PEXPIRE per lock; the record of long
+// holds (Inspect's held-for) is written at a hold's first renewal and every
+// keys.HeldEvery after, not at each, which would cost four times as much.
+func TestRenewalCost(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	ctx := ctxT(t)
+	const n = 50
+	ms := make([]*Mutex, n)
+	for i := range ms {
+		ms[i] = c.Mutex(fmt.Sprintf("renewcost:%d", i))
+		mustLock(t, ms[i])
+	}
+	waitFor(t, "every hold's first renewal", func() bool {
+		info, err := c.Inspect(ctx, ms[n-1].Name())
+		return err == nil && len(info.Holders) == 1 && info.Holders[0].HeldFor > 0
+	})
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // about 20 renewals of each lock
+	s := commands(t, r)
+	renewals, inner := s["hexists"], int64(0)
+	for _, cmd := range []string{"hexists", "pexpire", "hsetnx", "hset", "hget", "hlen", "hkeys", "hdel", "pttl"} {
+		inner += s[cmd]
+	}
+	if renewals < 5*n {
+		t.Fatalf("%d renewals of %d locks in 2s at a 100ms period", renewals, n)
+	}
+	if per := float64(inner) / float64(renewals); per > 2.6 {
+		t.Fatalf("%.2f commands per lock per renewal (%v), want about 2", per, s)
+	}
+	for _, m := range ms {
+		mustUnlock(t, m)
+	}
+}
+
 // A pause shorter than the watchdog timeout is ridden out: renewal retries and
 // the hold survives.
 func TestWatchdogRidesOutPause(t *testing.T) {

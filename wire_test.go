@@ -5,10 +5,12 @@ import (
 	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/renew"
 )
 
 // The wire formats and key names are defined once on the Go side; the Lua
@@ -79,5 +81,18 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	m := regexp.MustCompile(`local GONE, FORCED, DATA_LOST = (\d+), (\d+), (\d+)`).FindStringSubmatch(lib)
 	if m == nil || m[1] != fmt.Sprint(lease.CodeGone) || m[2] != fmt.Sprint(lease.CodeForced) || m[3] != fmt.Sprint(lease.CodeDataLost) {
 		t.Errorf("lib.lua's why_gone codes %v differ from goneCode, forcedCode, dataLostCode", m)
+	}
+}
+
+// The record of long holds is written every keys.HeldEvery renewals, and
+// renew.lua gives it HELD_TTLS TTLs to live from each write: it must
+// outlive the renewals between two writes.
+func TestHeldRecordOutlivesItsWrites(t *testing.T) {
+	m := regexp.MustCompile(`local HELD_TTLS = (\d+)`).FindStringSubmatch(kind.Source("renew.lua"))
+	if m == nil {
+		t.Fatal("renew.lua has no HELD_TTLS")
+	}
+	if ttls, _ := strconv.Atoi(m[1]); ttls*renew.PerTTL <= keys.HeldEvery+renew.PerTTL {
+		t.Fatalf("the record lives %s TTLs (%d renewals) but is written every %d renewals", m[1], ttls*renew.PerTTL, keys.HeldEvery)
 	}
 }

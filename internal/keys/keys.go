@@ -79,16 +79,27 @@ func Companion(prefix, name string) string {
 }
 
 // HeldPrefix names a lock's record of long holds: a hash of owner ->
-// "<granted ms> <renewals>" (HeldRecord) that renewals write, so that an
+// "<granted ms> <renewal period ms>" (HeldRecord) that renewals write, so that an
 // operator sees how long a renewed hold has lasted (Held).
 const HeldPrefix = "dlock:held"
 
 // Held is the record of long holds of the lock name.
 func Held(name string) string { return Companion(HeldPrefix, name) }
 
-// ParseHeldRecord reads a field of Held: when the hold was granted (ms
-// since the epoch, by the holder's clock) and how often it was renewed.
-func ParseHeldRecord(v string) (grantedMs, renewals int64, ok bool) {
+// HeldEvery is how many renewals of a hold apart its record is written:
+// a hold's grant time and renewal period do not change, so writing them
+// at every renewal would only double the renewal's cost to Redis.
+const HeldEvery = 9
+
+// HeldRecord is a field of Held: when the hold was granted (ms since the
+// epoch, by the holder's clock) and its renewal period in ms, from which
+// Inspect tells how long it has been held and about how often renewed.
+func HeldRecord(grantedMs, periodMs int64) string {
+	return strconv.FormatInt(grantedMs, 10) + " " + strconv.FormatInt(periodMs, 10)
+}
+
+// ParseHeldRecord reads a HeldRecord.
+func ParseHeldRecord(v string) (grantedMs, periodMs int64, ok bool) {
 	a, b, found := strings.Cut(v, " ")
 	if !found {
 		return 0, 0, false

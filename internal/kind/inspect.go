@@ -67,7 +67,7 @@ type Holder struct {
 	PID  int
 	// HeldFor and Renewals describe a hold the watchdog has renewed: how
 	// long ago it was granted (by the holder's clock against the server's)
-	// and how often it was renewed. Both are 0 for a hold not yet renewed
+	// and how many renewal periods that is. Both are 0 for a hold not yet renewed
 	// (younger than a third of the watchdog timeout) or with a fixed lease.
 	HeldFor  time.Duration
 	Renewals int64
@@ -282,8 +282,9 @@ func (info *LockInfo) holders(fields, held map[string]string, now time.Time) {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		host, pid, _ := keys.ParseClientID(owner)
 		h := Holder{Owner: owner, Count: n, Host: host, PID: pid}
-		if granted, renewals, ok := keys.ParseHeldRecord(held[owner]); ok {
-			h.HeldFor, h.Renewals = max(now.Sub(time.UnixMilli(granted)), 0), renewals
+		if granted, period, ok := keys.ParseHeldRecord(held[owner]); ok && period > 0 {
+			h.HeldFor = max(now.Sub(time.UnixMilli(granted)), 0)
+			h.Renewals = h.HeldFor.Milliseconds() / period
 		}
 		info.Holders = append(info.Holders, h)
 	}

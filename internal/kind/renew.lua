@@ -2,8 +2,8 @@
 -- Per lock i, five keys: KEYS[5i-4] lock hash, KEYS[5i-3] its read-deadline
 -- set (or the hash again), KEYS[5i-2] its fencing counter, KEYS[5i-1] its
 -- forced set, KEYS[5i] its record of long holds; ARGV[i] owner field,
--- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] when the hold was
--- granted (ms since the epoch, the holder's clock). Kinds:
+-- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] the hold's record of
+-- long holds, or '' when it need not be written this time. Kinds:
 --   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
 --   'w' a write hold: the TTL is extended, never shortened;
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
@@ -14,22 +14,24 @@
 --       moves to now+ttl (server clock) and both keys live at least that long.
 --       A permit that is gone or has expired answers GONE.
 -- A lock hold renewed is a long hold: its record (field = owner, value =
--- "<granted ms> <renewals>") is what Inspect shows as held for and
--- renewals; it lives as long as the lock, and fields of owners that no
--- longer hold are pruned once they outnumber the holders.
+-- "<granted ms> <renewal period ms>", keys.HeldRecord) is what Inspect
+-- shows as held for and renewals. The holder sends it at its first renewal
+-- and every few after, not at each (that would double a renewal's cost), so
+-- the record lives longer than the renewals between two writes; fields of
+-- owners that no longer hold are pruned once they outnumber the holders.
 -- Returns a list with 1 where the owner still held the lock, and why_gone's
 -- code where it did not. Every key is in the same Cluster slot.
-local function record(k, h, f, ttl, since)
-  local cur = redis.call('hget', h, f)
-  local count = 1
-  if cur then count = (tonumber(string.match(cur, ' (%d+)$')) or 0) + 1 end
-  redis.call('hset', h, f, since .. ' ' .. count)
-  if redis.call('pttl', h) < ttl then redis.call('pexpire', h, ttl) end
-  if redis.call('hlen', h) > redis.call('hlen', k) + 4 then
+-- The record lives HELD_TTLS TTLs from each write: longer than the
+-- keys.HeldEvery renewals (3 TTLs) between two writes.
+local HELD_TTLS = 5
+local function record(k, h, f, ttl, rec)
+  if rec == '' then return end
+  if redis.call('hsetnx', h, f, rec) == 1 and redis.call('hlen', h) > redis.call('hlen', k) + 4 then
     for _, o in ipairs(redis.call('hkeys', h)) do
       if redis.call('hexists', k, o) == 0 then redis.call('hdel', h, o) end
     end
   end
+  redis.call('pexpire', h, ttl * HELD_TTLS)
 end
 local n = #ARGV / 4
 local out = {}

@@ -66,8 +66,12 @@ func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*re
 		} else {
 			held = space.Held(e.Key)
 		}
+		rec := ""
+		if held != e.Key && e.Renewals%keys.HeldEvery == 0 {
+			rec = keys.HeldRecord(e.Since, ttls[i]/renew.PerTTL)
+		}
 		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)
-		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), e.Since
+		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), rec
 	}
 	res, err := scriptRenew.Run(ctx, w, keyArgs, args...).Int64Slice()
 	if err != nil {

@@ -133,7 +133,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		slot = keys.Slot
 	}
 	e.renewer = renew.New(renew.Config{
-		Period: cfg.Watchdog / 3,
+		Period: cfg.Watchdog / renew.PerTTL,
 		Run: func(ctx context.Context, batch []*renew.Entry, ttls []int64) ([]int64, error) {
 			return cfg.Renew(ctx, e.Wire, batch, ttls)
 		},

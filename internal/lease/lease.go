@@ -175,7 +175,7 @@ func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool 
 		h.renewing = true
 		// Counted from sent, like the TTL: a slow grant must not push the
 		// first renewal past the lease's validity.
-		e.renewer.Add(&h.renewal, sent.Add(e.Cfg.Watchdog/3))
+		e.renewer.Add(&h.renewal, sent.Add(e.Cfg.Watchdog/renew.PerTTL))
 	}
 	if h.maxHold > 0 {
 		h.maxUntil = sent.Add(h.maxHold)

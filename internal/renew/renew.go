@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// PerTTL is how many renewals a hold gets per TTL: the watchdog renews
+// every TTL/PerTTL, so that a failed renewal is retried well within it.
+const PerTTL = 3
+
 // MaxBatch is the most locks renewed by one script call.
 const MaxBatch = 500
 
@@ -53,6 +57,9 @@ type Entry struct {
 	Since  int64         // when the hold was granted, ms since the epoch
 	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
+	// Renewals counts the entry's renewals so far: the Renewer writes it
+	// after each call, and Func may read it during one.
+	Renewals int
 
 	due      time.Time
 	removed  bool
@@ -296,6 +303,7 @@ func (r *Renewer) call(b []*Entry) {
 		r.cfg.Batched(len(b))
 	}
 	for _, e := range renewed {
+		e.Renewals++
 		e.Holder.Renewed(sent)
 	}
 	for _, i := range lost {
