@@ -85,9 +85,9 @@ type Engine struct {
 	closed    atomic.Bool
 
 	mu      sync.Mutex
-	leases  map[*Lease]struct{}            // every live lease, for Close
-	byKey   map[string]map[*Lease]struct{} // the same, by key, for ForceUnlock's news
-	closers map[Closer]struct{}            // other things Close ends (Observe)
+	leases  map[*Lease]struct{} // every live lease, for Close
+	byKey   map[string]*Lease   // the same, by key (a list through Lease.sameKey), for ForceUnlock's news
+	closers map[Closer]struct{} // other things Close ends (Observe)
 
 	reported sync.Once // the first-contact report (firstContact)
 }
@@ -105,7 +105,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		rdb:     rdb,
 		Wire:    wire.New(rdb, cfg.CleanupTimeout),
 		leases:  make(map[*Lease]struct{}),
-		byKey:   make(map[string]map[*Lease]struct{}),
+		byKey:   make(map[string]*Lease),
 		closers: make(map[Closer]struct{}),
 		Args: Args{
 			WatchdogMs:   ms(cfg.Watchdog),
@@ -266,25 +266,33 @@ func (e *Engine) track(l *Lease) bool {
 	}
 	e.leases[l] = struct{}{}
 	key := l.p.Key()
-	byKey := e.byKey[key]
-	if byKey == nil {
-		byKey = make(map[*Lease]struct{}, 1)
-		e.byKey[key] = byKey
-	}
-	byKey[l] = struct{}{}
+	l.sameKey = e.byKey[key]
+	e.byKey[key] = l
 	return true
 }
 
 func (e *Engine) untrack(l *Lease) {
 	e.mu.Lock()
+	if _, ok := e.leases[l]; !ok {
+		e.mu.Unlock()
+		return
+	}
 	delete(e.leases, l)
 	key := l.p.Key()
-	if byKey := e.byKey[key]; byKey != nil {
-		delete(byKey, l)
-		if len(byKey) == 0 {
-			delete(e.byKey, key)
+	switch head := e.byKey[key]; {
+	case head == l && l.sameKey == nil:
+		delete(e.byKey, key)
+	case head == l:
+		e.byKey[key] = l.sameKey
+	default:
+		for p := head; p != nil; p = p.sameKey {
+			if p.sameKey == l {
+				p.sameKey = l.sameKey
+				break
+			}
 		}
 	}
+	l.sameKey = nil
 	e.mu.Unlock()
 }
 

@@ -17,8 +17,8 @@ import (
 // on the hub's reader goroutine and does not block.
 func (e *Engine) forced(lockKey string) {
 	e.mu.Lock()
-	hs := make([]*Lease, 0, len(e.byKey[lockKey]))
-	for h := range e.byKey[lockKey] {
+	var hs []*Lease
+	for h := e.byKey[lockKey]; h != nil; h = h.sameKey {
 		hs = append(hs, h)
 	}
 	e.mu.Unlock()

@@ -30,6 +30,10 @@ type Lease struct {
 	// The three above as script arguments: pointers, boxed without
 	// allocating (go-redis writes a *string as the string).
 	ownerArg, fieldArg, extraArg any
+	// sameKey is the next live lease of the same key in Engine.byKey's
+	// list (guarded by Engine.mu): a list through the leases themselves
+	// costs tracking no allocation.
+	sameKey *Lease
 
 	handle *Handle         // whose gate and state the lease occupies
 	outer  *Lease          // the lease it was taken under (a downgrading writer's)
