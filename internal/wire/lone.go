@@ -34,9 +34,13 @@ import (
 // waits for a dial.
 type lone struct {
 	rdb *redis.Client // pool of one connection, no retries: a failed call goes through the batcher
-	mu  sync.Mutex    // held by the call on the connection
+	mu  sync.Mutex    // held by the call on the connection, and by redial
+	// conn is rdb's one connection, held: unlike a checkout from the pool
+	// it costs no health-check syscall per call. Guarded by mu; nil until
+	// redial makes it, and again after it failed.
+	conn *redis.Conn
 
-	conn     atomic.Pointer[net.Conn] // the connection last dialed
+	netConn  atomic.Pointer[net.Conn] // the connection last dialed
 	ready    atomic.Bool              // answered a PING since it was last dialed or failed
 	lastDial atomic.Int64             // when redial last started, Unix ns
 
@@ -62,7 +66,7 @@ func newLone(rdb redis.UniversalClient) *lone {
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cn, err := dial(ctx, network, addr)
 		if err == nil {
-			l.conn.Store(&cn)
+			l.netConn.Store(&cn)
 		}
 		return cn, err
 	}
@@ -78,8 +82,11 @@ func newLone(rdb redis.UniversalClient) *lone {
 		opt.WriteTimeout = time.Minute
 	}
 	// Its pushes (maintenance notices) are the go-redis client's to
-	// follow: the lone connection only fails over to the batcher.
+	// follow: the lone connection only fails over to the batcher. RESP2
+	// has none, so go-redis does not look for them (a syscall) before
+	// each call; the scripts' replies are the same in both.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.Protocol = 2
 	opt.ContextTimeoutEnabled = true // a dial or a wait for the connection honours ctx
 	l.rdb = redis.NewClient(&opt)
 	return l
@@ -107,24 +114,27 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	l.inflight = true
 	l.imu.Unlock()
 	stop := context.AfterFunc(ctx, l.interruptFn)
-	_ = l.rdb.Process(ctx, cl.Cmd)
+	_ = l.conn.Process(ctx, cl.Cmd)
 	if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
-		cl.Script.evalInstead(ctx, l.rdb, cl.Cmd)
+		cl.Script.evalInstead(ctx, l.conn, cl.Cmd)
 	}
 	stop()
 	l.imu.Lock()
 	l.inflight = false
 	l.imu.Unlock()
-	l.mu.Unlock()
 	if isReply(cl.Cmd.Err()) {
+		l.mu.Unlock()
 		cl.state.Store(answered)
 		w.batch.delivered(1)
 		return true, false, nil
 	}
 	// It may have run, so it must not be dropped; and the connection is
-	// suspect until a PING is answered on it again.
+	// done with: redial makes another once a PING is answered.
 	cl.Droppable = false
 	l.ready.Store(false)
+	_ = l.conn.Close()
+	l.conn = nil
+	l.mu.Unlock()
 	w.redial()
 	// The batcher resends it and the caller waits for that as for any
 	// call: if its ctx is done, the resend's reply goes to the call's Undo.
@@ -155,7 +165,7 @@ func (l *lone) interrupt() {
 	if !l.inflight {
 		return
 	}
-	if cn := l.conn.Load(); cn != nil {
+	if cn := l.netConn.Load(); cn != nil {
 		_ = (*cn).SetDeadline(time.Unix(1, 0))
 	}
 }
@@ -172,8 +182,14 @@ func (w *Wire) redial() {
 	w.Detach(func(ctx context.Context) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.rdb.Ping(ctx).Err() == nil {
-			l.ready.Store(true)
+		if l.conn == nil {
+			l.conn = l.rdb.Conn()
 		}
+		if err := l.conn.Ping(ctx).Err(); err != nil {
+			_ = l.conn.Close()
+			l.conn = nil
+			return
+		}
+		l.ready.Store(true)
 	})
 }

@@ -121,7 +121,7 @@ func (s *Script) Eval(ctx context.Context, rdb redis.Scripter, keys []string, ar
 // evalInstead runs cmd, an EVALSHA of s that failed with NOSCRIPT, as an
 // EVAL of the same arguments (which loads the script), and puts the outcome
 // into cmd.
-func (s *Script) evalInstead(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) {
+func (s *Script) evalInstead(ctx context.Context, rdb processor, cmd redis.Cmder) {
 	args := append([]any(nil), cmd.Args()...)
 	args[0], args[1] = "eval", s.src
 	keyed := func(c redis.Cmder) redis.Cmder {
@@ -149,5 +149,10 @@ func (s *Script) evalInstead(ctx context.Context, rdb redis.UniversalClient, cmd
 type errUnsupported string
 
 func (e errUnsupported) Error() string { return "wire: cannot resend a " + string(e) + " as EVAL" }
+
+// processor sends one command: a go-redis client or one of its connections.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
