@@ -113,15 +113,20 @@ func TestLoneCallerCtxIsLaw(t *testing.T) {
 			waitFor(t, "the lone connection", func() bool {
 				return lockUnlock(ctx, c, name, 1) == nil && c.wire().LoneReady()
 			})
-			// The call runs; its reply is lost.
-			b.CutReplies()
 			const budget = 100 * time.Millisecond
 			cctx, cancel := context.WithTimeout(ctx, budget)
 			if how == "cancel" {
+				// A call made with it first: the wire's interrupt is
+				// registered on a ctx once, for all its calls.
 				cctx, cancel = context.WithCancel(ctx)
+				if err := lockUnlock(cctx, c, name+":first", 1); err != nil {
+					t.Fatal(err)
+				}
 				time.AfterFunc(budget, cancel)
 			}
 			defer cancel()
+			// The call runs; its reply is lost.
+			b.CutReplies()
 			start := time.Now()
 			err := c.Mutex(name).Lock(cctx)
 			took := time.Since(start)

@@ -115,9 +115,11 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 	// also queues the caller if the lock is taken: no second round trip. A
 	// lock that is not known to be contended is tried first, which costs
 	// nothing more when it is free: no waiter to register, no SUBSCRIBE.
-	if ch, _ := a.h.p.Channel(); a.canWait && e.hub.Listening(ch, a.h.p.Key()) {
-		if err := a.join(waitCtx); err != nil {
-			return a.failed(ctx, err, false)
+	if a.canWait && !e.hub.Quiet() {
+		if ch, _ := a.h.p.Channel(); e.hub.Listening(ch, a.h.p.Key()) {
+			if err := a.join(waitCtx); err != nil {
+				return a.failed(ctx, err, false)
+			}
 		}
 	}
 	r, sent, left, err := a.try(waitCtx)

@@ -58,6 +58,7 @@ type Hub struct {
 	mu          sync.Mutex
 	ps          *redis.PubSub // nil until the first Join or Listen
 	chans       map[string]*channel
+	nchans      atomic.Int32 // len(chans), read without the lock (Quiet)
 	tickets     map[uint64]*Waiter
 	nextTicket  uint64
 	clientReady chan struct{} // closed once the client channel is confirmed
@@ -270,6 +271,7 @@ func (h *Hub) ref(name string, subscribe []string) (*channel, []string) {
 	if ch == nil {
 		ch = &channel{}
 		h.chans[name] = ch
+		h.nchans.Add(1)
 		subscribe = append(subscribe, name)
 	}
 	if ch.linger != nil {
@@ -326,6 +328,7 @@ func (h *Hub) expire(name string, ch *channel) {
 		return
 	}
 	delete(h.chans, name)
+	h.nchans.Add(-1)
 	h.queueOp(subOp{unsubscribe: true, channels: []string{name}})
 }
 
@@ -382,6 +385,11 @@ func (h *Hub) Subscribed() []string {
 	}
 	return out
 }
+
+// Quiet reports, without taking the hub's lock, that no channel is
+// subscribed or lingering: then Listening is false for every lock, and a
+// caller need not even make the channel's name.
+func (h *Hub) Quiet() bool { return h.nchans.Load() == 0 }
 
 // Listening reports whether the client channel is confirmed and
 // lockChannel subscribed or lingering: a waiter that joins now costs no

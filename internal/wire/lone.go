@@ -45,11 +45,16 @@ type lone struct {
 	lastDial atomic.Int64             // when redial last started, Unix ns
 
 	// The caller's ctx may end while its call is on the connection:
-	// interrupt then sets a past deadline, only while the call is in
-	// flight (go-redis sets new deadlines before the next call anyway).
-	imu         sync.Mutex
-	inflight    bool
-	interruptFn func() // interrupt, bound once
+	// interrupt then sets a past deadline, only while a call of that ctx
+	// is in flight (go-redis sets new deadlines before the next call
+	// anyway). Calls are told apart by their ctx's Done channel. The
+	// callback stays registered on a ctx until a call comes with another
+	// (or the ctx ends): a Lock and its Unlock, or a loop of them, usually
+	// share a ctx, and a registration costs two allocations.
+	imu      sync.Mutex
+	inflight <-chan struct{} // the Done of the call in flight; nil: none
+	watched  <-chan struct{} // the Done the callback is registered for
+	unwatch  func() bool     // ends that registration
 }
 
 // newLone returns the lone connection's state for rdb, or nil when rdb is
@@ -60,7 +65,6 @@ func newLone(rdb redis.UniversalClient) *lone {
 		return nil
 	}
 	l := &lone{}
-	l.interruptFn = l.interrupt
 	opt := *c.Options()
 	dial := opt.Dialer
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -110,17 +114,13 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 		return false, false, nil
 	}
 	cl.state.Store(sent)
-	l.imu.Lock()
-	l.inflight = true
-	l.imu.Unlock()
-	stop := context.AfterFunc(ctx, l.interruptFn)
+	l.watch(ctx)
 	_ = l.conn.Process(ctx, cl.Cmd)
 	if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 		cl.Script.evalInstead(ctx, l.conn, cl.Cmd)
 	}
-	stop()
 	l.imu.Lock()
-	l.inflight = false
+	l.inflight = nil
 	l.imu.Unlock()
 	if isReply(cl.Cmd.Err()) {
 		l.mu.Unlock()
@@ -159,10 +159,43 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-func (l *lone) interrupt() {
+// watch marks a call of ctx in flight, registering interrupt on ctx unless
+// it already is.
+func (l *lone) watch(ctx context.Context) {
+	done := ctx.Done()
 	l.imu.Lock()
 	defer l.imu.Unlock()
-	if !l.inflight {
+	l.inflight = done
+	if done == nil || done == l.watched {
+		return
+	}
+	if l.unwatch != nil {
+		l.unwatch()
+	}
+	l.watched = done
+	l.unwatch = context.AfterFunc(ctx, func() { l.interrupt(done) })
+}
+
+// forget ends the registration on the last ctx seen, so that the Wire
+// keeps no ctx of a caller once it is stopped.
+func (l *lone) forget() {
+	l.imu.Lock()
+	defer l.imu.Unlock()
+	if l.unwatch != nil {
+		l.unwatch()
+	}
+	l.watched, l.unwatch = nil, nil
+}
+
+// interrupt ends the read of the call in flight if it is done's, and
+// forgets the registration for done.
+func (l *lone) interrupt(done <-chan struct{}) {
+	l.imu.Lock()
+	defer l.imu.Unlock()
+	if l.watched == done {
+		l.watched, l.unwatch = nil, nil
+	}
+	if l.inflight != done {
 		return
 	}
 	if cn := l.netConn.Load(); cn != nil {

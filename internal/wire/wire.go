@@ -244,6 +244,7 @@ func (w *Wire) Stop() {
 		// An inline call on it fails and is resent on a goroutine of its
 		// own, as every call after Stop is.
 		_ = w.lone.rdb.Close()
+		w.lone.forget()
 	}
 }
 
