@@ -56,6 +56,33 @@ func TestRepeatedQueueingQueuesOnce(t *testing.T) {
 	mustUnlock(t, h)
 }
 
+// A queueing call resent after other waiters queued behind it still finds
+// its entry: a waiter's entry is never in the queue twice, which lets the
+// attempt that follows a hand-off skip looking for one.
+func TestRepeatedQueueingBehindOthersQueuesOnce(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	h := c.Mutex("idem-queue-behind")
+	mustLock(t, h)
+	wh := c.Mutex("idem-queue-behind").testHold()
+	xh := c.Mutex("idem-queue-behind").testHold()
+	entry, other := "42 30000 "+wh.field(), "43 30000 "+xh.field()
+	for _, q := range []struct {
+		h     hold
+		entry string
+	}{{wh, entry}, {xh, other}, {wh, entry}} {
+		if res, err := q.h.attemptRaw(ctx, 30*time.Second, 0, q.entry, false); err != nil || res.v[0] != 0 {
+			t.Fatal(res, err)
+		}
+	}
+	if q, _ := rdbFor(t, r).LRange(ctx, h.p.Keys().Queue, 0, -1).Result(); len(q) != 2 || q[0] != entry || q[1] != other {
+		t.Fatalf("queue after a call resent behind another waiter = %q, want [%q %q]", q, entry, other)
+	}
+	rdbFor(t, r).Del(ctx, h.p.Keys().Queue)
+	mustUnlock(t, h)
+}
+
 func TestRepeatedReleaseCountsOnce(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r)

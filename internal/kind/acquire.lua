@@ -7,7 +7,8 @@
 -- Sent only by a caller that queues or takes a fair lock (an uncontended
 -- Mutex call sends the four above):
 -- ARGV[5] queue entry to register when the lock is held by another ('' = none)
--- ARGV[6] '1' when this entry was registered by an earlier call
+-- ARGV[6] '1' when this entry was registered by an earlier call; 'h' when
+--         it was, and a hand-off message named the caller since ('0': new)
 -- ARGV[7] queue ttl in ms
 -- ARGV[8] '1' for a fair lock: a free lock goes to the head of the queue
 -- ARGV[9] hand-off claim window in ms (fair only)
@@ -26,6 +27,20 @@
 -- (a waiter's attempt), and a lock handed to the caller (a woken waiter's
 -- attempt). PTTL answers both "is it free" and, when it is
 -- not, "for how long".
+if ARGV[6] == 'h' and ARGV[3] == '0' then
+  -- A hand-off message named the caller (or so it says: anyone may publish
+  -- it). When the lock is the caller's, the grant needs only the caller's
+  -- TTL in place of the claim window and the token the hand-off issued: the
+  -- hand-off popped the caller's entry, and enqueue never lets an entry into
+  -- the queue twice, so there is none left to remove. Anything else (a
+  -- forged or stale message, a sequence that ended since the hand-off) is
+  -- decided below like any registered waiter's attempt.
+  if redis.call('hget', KEYS[1], ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    local tok = redis.call('get', KEYS[2])
+    if tok then return tonumber(tok) end
+  end
+end
 local ttl = redis.call('pttl', KEYS[1])
 local taken = false
 if ttl == -2 and ARGV[3] == '0' and not ARGV[5] then
@@ -37,18 +52,22 @@ if ttl == -2 and ARGV[3] == '0' and not ARGV[5] then
   taken = true
 end
 local entry = ARGV[5] or ''
+local registered = ARGV[6] == '1' or ARGV[6] == 'h'
 local cnt = false
 if ttl ~= -2 then cnt = redis.call('hget', KEYS[1], ARGV[1]) end
 -- enqueue registers the caller's entry, if it has one, behind the others.
 local function enqueue()
   if entry == '' then return end
-  if ARGV[6] == '1' then
+  if registered then
     if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
     redis.call('pexpire', KEYS[3], ARGV[7])
   else
-    -- A call resent by go-redis (its reply lost) finds its own entry last in
-    -- the queue: one look at the tail keeps it from queueing twice.
-    if redis.call('lpos', KEYS[3], entry, 'RANK', -1, 'MAXLEN', 1) then return end
+    -- A call resent by go-redis (its reply lost) finds its own entry in the
+    -- queue. The whole queue is looked at, not only its tail (where others
+    -- may have queued since): an entry is never there twice, so a waiter
+    -- handed the lock has no entry left to remove (the hand-off check at
+    -- the top relies on it).
+    if redis.call('lpos', KEYS[3], entry) then return end
     if redis.call('rpush', KEYS[3], entry) == 1 then
       redis.call('pexpire', KEYS[3], ARGV[7])
     end
@@ -101,7 +120,7 @@ end
 if ttl == -2 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  if entry ~= '' and ARGV[6] == '1' then redis.call('lrem', KEYS[3], 1, entry) end
+  if entry ~= '' and registered then redis.call('lrem', KEYS[3], 1, entry) end
   return next_token(ARGV[4])
 end
 enqueue()

@@ -83,8 +83,12 @@ func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Qu
 	if q.Entry != "" {
 		entry = q.Entry
 	}
+	registered := flag(q.Registered)
+	if q.Registered && q.Handoff && q.Entry != "" {
+		registered = "h" // acquire.lua checks for the hand-off first
+	}
 	return wire.NewCall(scriptAcquire.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs,
-		entry, flag(q.Registered), a.QueueTTLMs, flag(p.fair), a.ClaimMs), scriptAcquire)
+		entry, registered, a.QueueTTLMs, flag(p.fair), a.ClaimMs), scriptAcquire)
 }
 
 // AttemptReply implements lease.Protocol: acquire.lua answers one integer.

@@ -165,6 +165,7 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			case !ev.Retry:
 				continue
 			}
+			a.q.Handoff = ev.Handoff
 		case <-timer.C:
 		case <-waitCtx.Done():
 			// A hand-off that raced the cancellation or the deadline is
@@ -217,6 +218,7 @@ func (a *acquisition) try(ctx context.Context) (Reply, time.Time, bool, error) {
 	sent := time.Now()
 	h.q = a.q
 	cl := h.p.Attempt(h, a.ttl, 0, a.q)
+	a.q.Handoff = false // a hint for this attempt only
 	cl.Droppable, cl.Undo = true, (*attemptUndo)(h)
 	if left, err := h.e.Wire.Do(ctx, cl); left {
 		return Reply{}, sent, true, err

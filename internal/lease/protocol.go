@@ -57,6 +57,11 @@ type Protocol interface {
 type Queueing struct {
 	Entry      string // the queue entry; "" when not queueing
 	Registered bool   // an earlier attempt registered it
+	// Handoff is set for the attempt that follows a hand-off message naming
+	// the waiter: the lock is most likely its own already, and the kind may
+	// send a call that checks that first. The call must still decide from
+	// what Redis holds (the message may be forged or stale).
+	Handoff bool
 }
 
 // Reply is an attempt's outcome, decoded by the kind.

@@ -552,7 +552,7 @@ func (h *Hub) dispatch(name, payload string) {
 		// costs that waiter one attempt, and grants nothing.
 		if ticket, ok := keys.HandoffTicket(payload); ok {
 			if w := h.tickets[ticket]; w != nil {
-				w.wake()
+				w.wakeFor(true)
 			}
 		}
 		return

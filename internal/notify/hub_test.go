@@ -52,8 +52,8 @@ func TestHub(t *testing.T) {
 	// A hand-off wakes exactly its ticket, to try again: a message never
 	// grants.
 	rdb.Publish(ctx, "dlock:client:test", strconv.FormatUint(w2.Ticket, 10)+" 12345678901234567 2000")
-	if ev := waitEvent(t, w2); !ev.Retry {
-		t.Fatalf("w2 event %+v", ev)
+	if ev := waitEvent(t, w2); !ev.Retry || !ev.Handoff {
+		t.Fatalf("w2 event %+v, want a retry marked as a hand-off's", ev)
 	}
 	select {
 	case <-w1.C:
@@ -62,8 +62,8 @@ func TestHub(t *testing.T) {
 	}
 	// "0" wakes one waiter, "1" all of them.
 	rdb.Publish(ctx, "lockchan", "0")
-	if ev := waitEvent(t, w1); !ev.Retry {
-		t.Fatalf("w1 event %+v", ev)
+	if ev := waitEvent(t, w1); !ev.Retry || ev.Handoff {
+		t.Fatalf("w1 event %+v, want a retry that is not a hand-off's", ev)
 	}
 	select {
 	case <-w2.C:

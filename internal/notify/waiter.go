@@ -20,9 +20,10 @@ type Waiter struct {
 	mode     mode
 	left     bool // guarded by the Hub's mu
 
-	mu     sync.Mutex
-	retry  bool
-	closed bool
+	mu      sync.Mutex
+	retry   bool
+	handoff bool
+	closed  bool
 }
 
 // mode is which messages on its channel wake a waiter.
@@ -36,16 +37,20 @@ const (
 
 // Event is what happened to a waiter since the last Take.
 type Event struct {
-	Retry  bool // the lock may be free, or handed to the waiter: try again
-	Closed bool // the Hub was closed
+	Retry bool // the lock may be free, or handed to the waiter: try again
+	// Handoff: a message on the client channel named this waiter's ticket,
+	// so the lock was probably handed to it. Only a hint, which lets the
+	// next attempt check for the grant first: anyone may publish it.
+	Handoff bool
+	Closed  bool // the Hub was closed
 }
 
 // Take returns and clears what happened since the last call.
 func (w *Waiter) Take() Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := Event{Retry: w.retry, Closed: w.closed}
-	w.retry = false
+	e := Event{Retry: w.retry, Handoff: w.handoff, Closed: w.closed}
+	w.retry, w.handoff = false, false
 	return e
 }
 
@@ -53,10 +58,15 @@ func (w *Waiter) Take() Event {
 // when a retry is already pending, so that a "wake one" message moves on to
 // a waiter that has not been woken yet, and a flood of messages costs the
 // waiter one attempt per Take, not one per message.
-func (w *Waiter) wake() bool {
+func (w *Waiter) wake() bool { return w.wakeFor(false) }
+
+// wakeFor is wake; handoff marks the wake-up as a hand-off message's (kept
+// until Take even when a retry was already pending).
+func (w *Waiter) wakeFor(handoff bool) bool {
 	w.mu.Lock()
 	pending := w.retry
 	w.retry = true
+	w.handoff = w.handoff || handoff
 	w.mu.Unlock()
 	if pending {
 		return false
