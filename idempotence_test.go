@@ -18,9 +18,11 @@ func TestRepeatedAcquireCountsOnce(t *testing.T) {
 	if err != nil || first.v[0] != 1 {
 		t.Fatal(first, err)
 	}
+	// The resend finds its hold and takes a token of its own, above the
+	// one whose reply was lost (which nobody saw).
 	again, err := h.attemptRaw(ctx, ttl, 0, "", false)
-	if err != nil || again.v[0] != 1 || again.v[1] != 1 || again.v[2] != first.v[2] {
-		t.Fatalf("repeated fresh acquire = %+v, %v; want count 1 and token %d", again, err, first.v[2])
+	if err != nil || again.v[0] != 1 || again.v[1] != 1 || again.v[2] <= first.v[2] {
+		t.Fatalf("repeated fresh acquire = %+v, %v; want count 1 and a token above %d", again, err, first.v[2])
 	}
 	// A repeated re-entry (expected count 1) counts once too.
 	for range 2 {

@@ -77,6 +77,16 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	if tk, ttl, f, ok := keys.ParseQueueEntry(keys.QueueEntry(7, 30000, "c:1")); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
 		t.Error("keys.QueueEntry and ParseQueueEntry disagree")
 	}
+	// keys.MutexEntry's mark, a TTL that begins with a zero, as release.lua
+	// tests it (the byte 48, '0') and as Lua's tonumber still reads it.
+	if e := keys.MutexEntry(7, 30000, "c:1"); strings.Split(e, " ")[1] != "030000" {
+		t.Errorf("keys.MutexEntry = %q, want its TTL written as 030000", e)
+	} else if tk, ttl, f, ok := keys.ParseQueueEntry(e); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
+		t.Error("keys.MutexEntry and ParseQueueEntry disagree")
+	}
+	if !strings.Contains(kind.Source("release.lua"), "if string.byte(ttl) == 48 then") {
+		t.Error("release.lua does not look for keys.MutexEntry's mark")
+	}
 	// why_gone's codes.
 	m := regexp.MustCompile(`local GONE, FORCED, DATA_LOST = (\d+), (\d+), (\d+)`).FindStringSubmatch(lib)
 	if m == nil || m[1] != fmt.Sprint(lease.CodeGone) || m[2] != fmt.Sprint(lease.CodeForced) || m[3] != fmt.Sprint(lease.CodeDataLost) {

@@ -224,7 +224,18 @@ func QueueEntry(ticket uint64, ttlMs int64, field string) string {
 	return strconv.FormatUint(ticket, 10) + " " + strconv.FormatInt(ttlMs, 10) + " " + field
 }
 
-// ParseQueueEntry reverses QueueEntry.
+// MutexEntry is a Mutex waiter's QueueEntry with its TTL written with a
+// leading zero: the mark of a waiter whose attempt that claims a hand-off
+// takes its fencing token itself (INCR), so that the release that hands the
+// lock to it takes none (release.lua): one counter command per grant, not
+// an INCR and a GET. An entry without the mark is an older dlock's waiter,
+// which reads the token the hand-off issued. Lua's tonumber and
+// ParseQueueEntry read both TTLs alike.
+func MutexEntry(ticket uint64, ttlMs int64, field string) string {
+	return strconv.FormatUint(ticket, 10) + " 0" + strconv.FormatInt(ttlMs, 10) + " " + field
+}
+
+// ParseQueueEntry reverses QueueEntry and MutexEntry.
 func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok bool) {
 	parts := strings.SplitN(e, " ", 3)
 	if len(parts) != 3 || parts[2] == "" {

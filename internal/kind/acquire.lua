@@ -30,15 +30,17 @@
 if ARGV[6] == 'h' and ARGV[3] == '0' then
   -- A hand-off message named the caller (or so it says: anyone may publish
   -- it). When the lock is the caller's, the grant needs only the caller's
-  -- TTL in place of the claim window and the token the hand-off issued: the
-  -- hand-off popped the caller's entry, and enqueue never lets an entry into
-  -- the queue twice, so there is none left to remove. Anything else (a
-  -- forged or stale message, a sequence that ended since the hand-off) is
-  -- decided below like any registered waiter's attempt.
+  -- TTL in place of the claim window and a token: the hand-off popped the
+  -- caller's entry, and enqueue never lets an entry into the queue twice,
+  -- so there is none left to remove. Anything else (a forged or stale
+  -- message) is decided below like any registered waiter's attempt.
   if redis.call('hget', KEYS[1], ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
-    local tok = redis.call('get', KEYS[2])
-    if tok then return tonumber(tok) end
+    local tok = redis.call('incr', KEYS[2])
+    if tok ~= 1 then return tok end
+    -- The sequence ended (the counter expired) and INCR began one at 1:
+    -- undone, so that the path below starts it from the clock.
+    redis.call('del', KEYS[2])
   end
 end
 local ttl = redis.call('pttl', KEYS[1])
@@ -81,14 +83,16 @@ if cnt and ARGV[3] == '0' then
   -- A hand-off (its message only woke the caller: this reply is the grant),
   -- or our own earlier call, resent. A hand-off's TTL is only the claim
   -- window: give the hold the TTL the caller will count on. Drop any entry
-  -- of ours a resent call queued. Nobody else takes a token while we hold,
-  -- so the counter is our token, unless it expired (its TTL runs from its
-  -- sequence's start) since the hand-off: then a new sequence starts, above
-  -- every earlier token.
+  -- of ours a resent call queued. The caller takes its token now: a hand-off
+  -- to a marked entry (keys.MutexEntry) took none, and for a resent call or
+  -- an older dlock's hand-off, which did, one more only skips a number that
+  -- nobody saw. Tokens only grow either way. When the counter expired (its
+  -- TTL runs from its sequence's start), a new sequence starts instead,
+  -- above every earlier token.
   redis.call('pexpire', KEYS[1], ARGV[2])
   if entry ~= '' then redis.call('lrem', KEYS[3], 0, entry) end
-  local tok = redis.call('get', KEYS[2])
-  if tok then return tonumber(tok) end
+  local tok = redis.call('incr', KEYS[2])
+  if tok ~= 1 then return tok end
   taken = true
 end
 --[[lib.lua]]

@@ -92,7 +92,9 @@ end
 -- the hash is rewritten to its field with the claim window as TTL, a new
 -- token is issued and the waiter's process is woken on its client channel
 -- (the waiter's next attempt confirms the grant: a message proves nothing).
--- e, when given, is an entry the caller already popped from the queue's head.
+-- The token is issued even to a waiter that takes its own when it claims
+-- (keys.MutexEntry; release.lua's common case skips it): that one skips a
+-- number, which costs nothing on these rarer paths. e, when given, is an entry the caller already popped from the queue's head.
 -- When the first entry is self (the caller's own entry), it is popped and
 -- left to the caller. Returns 1 when handed to another waiter, 2 when self was
 -- at the head, 0 when the queue held nobody.

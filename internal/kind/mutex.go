@@ -154,7 +154,7 @@ func (p *Mutex) Entry(ticket uint64, ttl time.Duration, l *lease.Lease) string {
 	if ticket == 0 && !p.fair {
 		return ""
 	}
-	return keys.QueueEntry(ticket, lease.Ms(ttl), l.Field())
+	return keys.MutexEntry(ticket, lease.Ms(ttl), l.Field())
 }
 
 // Renewal implements lease.Protocol.

@@ -37,6 +37,13 @@ if cnt == '1' and ARGV[2] == '1' then
     redis.call('hset', KEYS[1], field, 1)
     local claim = math.min(tonumber(ttl), tonumber(ARGV[3]))
     redis.call('pexpire', KEYS[1], claim)
+    if string.byte(ttl) == 48 then
+      -- A TTL with a leading zero marks a waiter whose claiming attempt
+      -- takes its token itself (keys.MutexEntry): none is taken here, and
+      -- the message carries token 0, as the semaphore's do.
+      redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
+      return 0
+    end
     local tok = redis.call('incr', KEYS[2])
     handed = {ticket, cid, claim}
     if tok ~= 1 then
