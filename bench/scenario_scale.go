@@ -36,7 +36,7 @@ func (c scaleConfig) renewal() time.Duration { return c.Watchdog / 3 }
 // window covers two whole watchdog periods (six renewal periods).
 func (c scaleConfig) window() time.Duration { return 2 * c.Watchdog }
 
-var defaultScale = scaleConfig{Held: 10000, Watchdog: 3 * time.Second, Waiters: 10000, Names: 1000, Settle: 3 * time.Second}
+var defaultScale = scaleConfig{Held: 100000, Watchdog: 3 * time.Second, Waiters: 10000, Names: 1000, Settle: 3 * time.Second}
 
 func init() {
 	scaleRunner = func(ctx context.Context, srv *redisServer, progress io.Writer) (*ScaleResult, error) {
@@ -58,7 +58,7 @@ func runScale(ctx context.Context, srv *redisServer, cfg scaleConfig, progress i
 	return res, scaleWaitersRun(ctx, srv, cfg, progress, res)
 }
 
-// scaleHeldLocks: 10,000 locks held by one Client in watchdog mode; Redis
+// scaleHeldLocks: 100,000 locks held by one Client in watchdog mode; Redis
 // commands per renewal period, measured over two watchdog periods.
 func scaleHeldLocks(ctx context.Context, srv *redisServer, cfg scaleConfig, progress io.Writer, res *ScaleResult) error {
 	c, err := newDlockClient(srv.Addr, dlock.WithWatchdogTimeout(cfg.Watchdog))
