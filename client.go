@@ -24,7 +24,8 @@ type Client struct {
 // failover client or a *redis.ClusterClient). It makes no network call; rdb
 // stays owned by the caller and is not closed by Close. Over a plain
 // *redis.Client, a call made while no other is in flight goes out on a
-// connection of the Client's own (dialed from rdb's options, unseen by its hooks).
+// connection of the Client's own, dialed from rdb's options and unseen by
+// its hooks (WithOwnConnection).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)

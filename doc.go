@@ -40,15 +40,14 @@
 //
 // # Contexts are law
 //
-// Every call returns as soon as its ctx is done, whatever Redis does
-// (refuses, hangs, answers slowly): a call in flight is left to finish in the
+// Every call returns as soon as its ctx is done, whatever Redis does (refuses,
+// hangs, answers slowly): a call in flight is left to finish in the
 // background, and what it may have done (queued the caller, granted a lock
 // nobody will use) is undone once it returns. TryLock's wait bounds the whole
 // call the same way, network time included; a wait that ran out while Redis
 // did not answer is ErrUnavailable, not a timeout. Unlock with a context that
 // has already ended still sends the release, detached and bounded by the
-// cleanup timeout (WithCleanupTimeout). Close is bounded by its close
-// timeout.
+// cleanup timeout (WithCleanupTimeout). Close is bounded by its close timeout.
 //
 // # The lock family
 //
@@ -103,24 +102,22 @@
 // hold's context is cancelled) before its TTL runs out after its last
 // confirmed renewal: the holder counts the TTL less a margin for clock drift
 // (1% of it plus 2ms, Redlock's allowance) on its own monotonic clock, from
-// when the renewing or granting request was sent. Every grant is the reply
-// to a request of the holder's own, a hand-off included. Tokens of
-// successive holds of one name strictly increase (see the fencing paragraph
-// below). Close tells every holder of its client (as a loss wrapping
-// ErrClosed) before it releases their locks. The reasons a hold is lost are
-// told apart with errors.Is: ErrUnconfirmed (Redis did not confirm in time),
-// ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and
-// ErrLeaseEnded.
+// when the renewing or granting request was sent. Every grant is the reply to
+// a request of the holder's own, a hand-off included. Tokens of successive
+// holds of one name strictly increase (see the fencing paragraph below). Close
+// tells every holder of its client (as a loss wrapping ErrClosed) before it
+// releases their locks. The reasons a hold is lost are told apart with
+// errors.Is: ErrUnconfirmed (Redis did not confirm in time), ErrTakenOver,
+// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and ErrLeaseEnded.
 //
 // The same holds for elections and semaphores. An election has at most one
 // leader at a time (its lock's holder), and a leader's context is cancelled
 // before its lock's TTL runs out after its last confirmed renewal, so before
-// another candidate can take over. A semaphore has at most its size in
-// permits held at a time (a Permit of AcquireN counts n), and a holder's
-// Permit.Done closes before its permit's TTL runs out after its last
-// confirmed renewal. SetPermits changes the size; shrinking it below what
-// is held takes nothing from the holders, and new permits wait until those
-// held fall below it.
+// another candidate can take over. A semaphore has at most its size in permits
+// held at a time (a Permit of AcquireN counts n), and a holder's Permit.Done
+// closes before its permit's TTL runs out after its last confirmed renewal.
+// SetPermits changes the size; shrinking it below what is held takes nothing
+// from the holders, and new permits wait until those held fall below it.
 // Semaphore permits expire by the Redis server's clock.
 //
 // # Whom it trusts
@@ -222,10 +219,9 @@
 // an outage, or that is still falling back after another Client's recovery
 // window ended, can likewise overlap a fallback holder; the token exposes it.
 //
-// Election.Observe reports a leader that vanished without a release (a
-// crash) only when the next leader is elected; Leader tells the present
-// state. A semaphore's and a latch's waiters wait by pub/sub even with
-// WithSpin.
+// Election.Observe reports a leader that vanished without a release (a crash)
+// only when the next leader is elected; Leader tells the present state. A
+// semaphore's and a latch's waiters wait by pub/sub even with WithSpin.
 //
 // An operator's DEL of a lock key is indistinguishable, to the holder's
 // Unlock, from its own release resent by go-redis: use ForceUnlock, which

@@ -122,9 +122,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	e.mu.Unlock()
 	h.OnEnded(func(err error) {
 		if err != nil {
-			// Lost: give the lock up (it may still be ours in Redis, but the
-			// leader has been told it is not) and free the handle for the
-			// next Campaign.
+			// Lost: give the lock up (it may still be ours in Redis, but the leader has
+			// been told it is not) and free the handle for the next Campaign.
 			e.c.e.Detach(func(ctx context.Context) { _ = h.Release(ctx, true) })
 		}
 	})

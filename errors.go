@@ -9,12 +9,11 @@ var (
 	// Nothing is changed.
 	ErrNotHeld = lease.ErrNotHeld
 
-	// ErrLockLost is wrapped by every reason a hold ended without Unlock: it
-	// is the cause of the hold's context, what Err returns, and what Unlock
-	// returns for a hold that had been lost. A *LossError says which reason;
-	// errors.Is also matches the reason's own sentinel (ErrUnconfirmed,
-	// ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed,
-	// ErrLeaseEnded).
+	// ErrLockLost is wrapped by every reason a hold ended without Unlock: it is
+	// the cause of the hold's context, what Err returns, and what Unlock returns
+	// for a hold that had been lost. A *LossError says which reason; errors.Is
+	// also matches the reason's own sentinel (ErrUnconfirmed, ErrTakenOver,
+	// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded).
 	ErrLockLost = lease.ErrLockLost
 
 	// ErrWaitTimeout is returned by WithLock when the lock was not acquired

@@ -25,11 +25,10 @@ const (
 // A LockInfo is a value; safe to copy and share.
 type LockInfo = kind.LockInfo
 
-// Holder is one owner of a lock: Owner ("<client id>:<n>"; an RWMutex
-// writer's ends in ":write"), Count (its reentrant hold count), TTL (a
-// semaphore permit's remaining lease; 0 for lock holders) and Host and PID
-// (the holder's process, when its client id is New's default; see
-// ParseClientID).
+// Holder is one owner of a lock: Owner ("<client id>:<n>"; an RWMutex writer's
+// ends in ":write"), Count (its reentrant hold count), TTL (a semaphore
+// permit's remaining lease; 0 for lock holders) and Host and PID (the holder's
+// process, when its client id is New's default; see ParseClientID).
 type Holder = kind.Holder
 
 // Waiter is one queued waiter: Owner ("<client id>:<n>") and the TTL it

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// callCounter counts the commands a go-redis client sends, alone or in
-// pipelines.
+// callCounter counts the scripts a go-redis client sends, alone or in
+// pipelines (not a new connection's HELLO and CLIENT SETINFO).
 type callCounter struct{ alone, piped, pipelines atomic.Int64 }
 
 func (h *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -27,8 +27,16 @@ func (h *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.pipelines.Add(1)
-		h.piped.Add(int64(len(cmds)))
+		n := 0
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				n++
+			}
+		}
+		if n > 0 {
+			h.pipelines.Add(1)
+			h.piped.Add(int64(n))
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -95,6 +103,28 @@ func TestLoneCallerSendsItsOwnCall(t *testing.T) {
 	}
 	if p := seen.pipelines.Load(); p == 0 || float64(seen.piped.Load())/float64(p) < 2 {
 		t.Errorf("%d concurrent callers: %d calls in %d pipelines, want batches of 2 or more", g, seen.piped.Load(), p)
+	}
+}
+
+// WithOwnConnection(false): every call goes through the go-redis client,
+// and its hooks see every one.
+func TestWithoutOwnConnection(t *testing.T) {
+	rdb := rdbFor(t, shared)
+	var seen callCounter
+	rdb.AddHook(&seen)
+	c := newClientOn(t, rdb, WithOwnConnection(false))
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	if err := lockUnlock(ctx, c, "lone:off", 1); err != nil { // scripts loaded
+		t.Fatal(err)
+	}
+	seen.alone.Store(0)
+	seen.piped.Store(0)
+	if err := lockUnlock(ctx, c, "lone:off", 100); err != nil {
+		t.Fatal(err)
+	}
+	if n := seen.alone.Load() + seen.piped.Load(); n != 200 || c.wire().LoneReady() {
+		t.Fatalf("the go-redis client saw %d of 200 calls (lone ready: %v)", n, c.wire().LoneReady())
 	}
 }
 

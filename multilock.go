@@ -11,10 +11,9 @@ import (
 	"github.com/dlock-dev/dlock/internal/lease"
 )
 
-// MultiLock takes several locks as one, all or nothing, Redisson's
-// RMultiLock. Its members are any of dlock's named lockers: *Mutex,
-// *FairMutex, *RWMutex (its write side) and RWMutex.RLocker() (its read
-// side), in any mix.
+// MultiLock takes several locks as one, all or nothing, Redisson's RMultiLock.
+// Its members are any of dlock's named lockers: *Mutex, *FairMutex, *RWMutex
+// (its write side) and RWMutex.RLocker() (its read side), in any mix.
 //
 // # Guarantees
 //

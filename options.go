@@ -35,6 +35,14 @@ func defaultConfig() config {
 	}}
 }
 
+// WithOwnConnection(false) sends every call through the go-redis client
+// given to New, so that its hooks (tracing, metrics) see every one. By
+// default a call made while no other is in flight takes the Client's own
+// connection over a plain *redis.Client (see New).
+func WithOwnConnection(on bool) Option {
+	return func(c *config) error { c.SharedConnOnly = !on; return nil }
+}
+
 // WithMaxHold sets how long any lock hold of the Client may last (see
 // MaxHold, which overrides it per WithLock call); 0, the default, leaves
 // holds unbounded. Elections are not bounded by it: a leader leads until it

@@ -25,14 +25,13 @@ import (
 // by waiters for fewer that came after it.
 //
 // The size: the number given to Client.Semaphore initialises it when the
-// semaphore does not exist in Redis yet (its first Acquire). From then on
-// only SetPermits changes it: an Acquire through a handle made with
-// another number uses the size Redis has. The size lives as long as the
-// semaphore's permits and queue, and at least four re-check intervals
-// (12s by default) after it was set (by the first Acquire or SetPermits);
-// a semaphore left idle (no permit held, nobody queued) past that forgets
-// it with its other keys, and the next Acquire initialises it again from
-// its handle.
+// semaphore does not exist in Redis yet (its first Acquire). From then on only
+// SetPermits changes it: an Acquire through a handle made with another number
+// uses the size Redis has. The size lives as long as the semaphore's permits
+// and queue, and at least four re-check intervals (12s by default) after it
+// was set (by the first Acquire or SetPermits); a semaphore left idle (no
+// permit held, nobody queued) past that forgets it with its other keys, and
+// the next Acquire initialises it again from its handle.
 //
 // Redis layout: dlock:semaphore:{name}, a sorted set of permit ids scored
 // by their expiry in milliseconds of the Redis server's clock (client
@@ -85,13 +84,12 @@ func (s *Semaphore) Acquire(ctx context.Context, wait, lease time.Duration) (*Pe
 	return s.AcquireN(ctx, 1, wait, lease)
 }
 
-// AcquireN takes n permits as one Permit, waiting up to wait for them:
-// wait <= 0 makes one attempt. Waiters are served in arrival order: n
-// permits that are free go to this call only when nobody who came before
-// it still waits. lease > 0 makes the permit expire lease after the grant,
-// never renewed; lease <= 0 selects watchdog mode (the permit's TTL is the
-// watchdog timeout, renewed every third of it until Release). Release
-// gives all n back at once.
+// AcquireN takes n permits as one Permit, waiting up to wait for them: wait <=
+// 0 makes one attempt. Waiters are served in arrival order: n permits that are
+// free go to this call only when nobody who came before it still waits. lease
+// > 0 makes the permit expire lease after the grant, never renewed; lease <= 0
+// selects watchdog mode (the permit's TTL is the watchdog timeout, renewed
+// every third of it until Release). Release gives all n back at once.
 //
 // It returns the permit, or an error: one wrapping ErrWaitTimeout when the
 // permits did not come within the wait, ErrInvalidArgument for bad input

@@ -63,12 +63,11 @@ func MaxHold(d time.Duration) LockOption {
 // FallbackRequest is a value; safe to copy and share.
 type FallbackRequest = tier.Request
 
-// RequestFor returns the request WithLock makes for the lock name with
-// opts: the options applied to WithLock's defaults (DefaultWaitTime,
-// watchdog mode, KindMutex). It fails with an error wrapping
-// ErrInvalidArgument for a nil, bad or conflicting option. A Fallback that
-// also offers WithLock of its own uses it to read the same options. Safe
-// for concurrent use.
+// RequestFor returns the request WithLock makes for the lock name with opts:
+// the options applied to WithLock's defaults (DefaultWaitTime, watchdog mode,
+// KindMutex). It fails with an error wrapping ErrInvalidArgument for a nil,
+// bad or conflicting option. A Fallback that also offers WithLock of its own
+// uses it to read the same options. Safe for concurrent use.
 func RequestFor(name string, opts ...LockOption) (FallbackRequest, error) {
 	return resolve(name, opts)
 }

@@ -38,6 +38,7 @@ type Config struct {
 	FenceTTL       time.Duration
 	CloseTimeout   time.Duration // bounds Close
 	CleanupTimeout time.Duration // bounds each detached cleanup
+	SharedConnOnly bool          // every call through the given client (no lone connection)
 	Replicas       int           // > 0: confirm each grant on that many replicas
 	ReplicaTimeout time.Duration
 	MaxHold        time.Duration // > 0: the default bound of a hold
@@ -103,7 +104,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	e := &Engine{
 		Cfg:     cfg,
 		rdb:     rdb,
-		Wire:    wire.New(rdb, cfg.CleanupTimeout),
+		Wire:    wire.New(rdb, cfg.CleanupTimeout, !cfg.SharedConnOnly),
 		leases:  make(map[*Lease]struct{}),
 		byKey:   make(map[string]*Lease),
 		closers: make(map[Closer]struct{}),

@@ -39,9 +39,14 @@ type Wire struct {
 	background tasks
 }
 
-// New returns a Wire over rdb whose background work is bounded by cleanup.
-func New(rdb redis.UniversalClient, cleanup time.Duration) *Wire {
-	w := &Wire{rdb: rdb, cleanup: cleanup, lone: newLone(rdb)}
+// New returns a Wire over rdb whose background work is bounded by cleanup;
+// with own, a caller alone sends its call on a connection of the Wire's own
+// (lone.go) where rdb allows.
+func New(rdb redis.UniversalClient, cleanup time.Duration, own bool) *Wire {
+	w := &Wire{rdb: rdb, cleanup: cleanup}
+	if own {
+		w.lone = newLone(rdb)
+	}
 	w.batch.start(w)
 	return w
 }

@@ -96,7 +96,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		o.PoolSize = 2
 		rdbs[i] = redis.NewClient(&o)
 		rdbs[i].AddHook(&counter)
-		c, err := dlock.New(rdbs[i], cfg.ClientOptions...)
+		// Every call through rdbs[i], so that the hook counts them all.
+		c, err := dlock.New(rdbs[i], append([]dlock.Option{dlock.WithOwnConnection(false)}, cfg.ClientOptions...)...)
 		if err != nil {
 			return Result{}, err
 		}

@@ -284,7 +284,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for i := range servers {
 		rdbs[i] = redis.NewClient(opts)
 		rdbs[i].AddHook(&counter)
-		c, err := dlock.New(rdbs[i], cfg.ClientOptions...)
+		// Every call through rdbs[i], so that the hook counts them all.
+		c, err := dlock.New(rdbs[i], append([]dlock.Option{dlock.WithOwnConnection(false)}, cfg.ClientOptions...)...)
 		if err != nil {
 			return Result{}, err
 		}
