@@ -334,6 +334,17 @@ func TestSuiteWritesOutputs(t *testing.T) {
 			t.Errorf("RESULTS.md lacks %q", want)
 		}
 	}
+	// A second run keeps the hand-written tail after the marker, and only it.
+	kept := "\n" + keptMarker + "\n\n## Before/after\n\nrecord\n"
+	if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), append(md, kept...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOutputs(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	if md2, _ := os.ReadFile(filepath.Join(dir, "RESULTS.md")); string(md2) != string(md)+kept {
+		t.Errorf("rewritten RESULTS.md does not keep exactly the tail: %d bytes, want %d", len(md2), len(md)+len(kept))
+	}
 	var back Report
 	js, _ := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err := json.Unmarshal(js, &back); err != nil || len(back.Hotkey) != 4 || back.Meta.NumCPU == 0 {

@@ -450,7 +450,11 @@ func writeOutputs(dir string, rep *Report) error {
 	}
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), md.Bytes(), 0o644); err != nil {
+	resultsMD := filepath.Join(dir, "RESULTS.md")
+	if old, err := os.ReadFile(resultsMD); err == nil {
+		md.Write(keptTail(old))
+	}
+	if err := os.WriteFile(resultsMD, md.Bytes(), 0o644); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(dir, "results.json"), rep); err != nil {
@@ -461,6 +465,20 @@ func writeOutputs(dir string, rep *Report) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "results.svg"), svg.Bytes(), 0o644)
+}
+
+// keptMarker starts the part of RESULTS.md that a run does not measure and so
+// must not erase: before/after records of compare.sh, written by hand.
+const keptMarker = "<!-- kept across runs: below this line -->"
+
+// keptTail returns old's text from keptMarker on, preceded by a blank line,
+// or nothing when old has no marker.
+func keptTail(old []byte) []byte {
+	i := bytes.Index(old, []byte(keptMarker))
+	if i < 0 {
+		return nil
+	}
+	return append([]byte("\n"), old[i:]...)
 }
 
 func libNames() string { return strings.Join(names(registry), ",") }

@@ -122,7 +122,7 @@ type BenchSummary struct {
 // ScaleResult is scenario (d) (dlock only, -full; absent with -tags nodlock).
 type ScaleResult struct {
 	Lib string `json:"lib"`
-	// 10,000 locks held by one Client under a short watchdog.
+	// Locks held by one Client under a short watchdog (100,000 by default).
 	HeldLocks          int              `json:"held_locks"`
 	WatchdogS          float64          `json:"watchdog_s"`
 	RenewalPeriodS     float64          `json:"renewal_period_s"`

@@ -167,7 +167,7 @@ func writeCost(w io.Writer, rep *Report) {
 
 	if len(c.Held) > 0 {
 		p("### Held locks\n\n")
-		p("One Client holds %d locks idle, their TTL (dlock: `WithWatchdogTimeout`, rueidislock: `KeyValidity`) %s s, renewed by the library every *period*; Redis over %s s, divided by locks × periods. *Calls per period* counts script calls (EVALSHA) when any ran, else commands: dlock renews the holds of a Client in batched script calls (up to 500 locks each), rueidislock each lock on its own. Libraries without a watchdog (redsync, redislock, spin) hold for a fixed TTL and cost nothing while held, until the app extends them. (d) has dlock's same figure at 10,000 locks with the 3 s watchdog.\n\n", c.Config.Held, fmtNum(c.Config.HeldTTLS), fmtNum(c.Config.HeldForS))
+		p("One Client holds %d locks idle, their TTL (dlock: `WithWatchdogTimeout`, rueidislock: `KeyValidity`) %s s, renewed by the library every *period*; Redis over %s s, divided by locks × periods. *Calls per period* counts script calls (EVALSHA) when any ran, else commands: dlock renews the holds of a Client in batched script calls (up to 500 locks each), rueidislock each lock on its own. Libraries without a watchdog (redsync, redislock, spin) hold for a fixed TTL and cost nothing while held, until the app extends them. (d) has dlock's same figure for the many more locks it holds with the 3 s watchdog.\n\n", c.Config.Held, fmtNum(c.Config.HeldTTLS), fmtNum(c.Config.HeldForS))
 		p("| lib | period s | calls per period | cmds per lock per period | Redis CPU µs per lock per period | µs per lock per second | keys before / after | top commands per period |\n|---|---|---|---|---|---|---|---|\n")
 		for _, h := range c.Held {
 			if h.Error != "" {
