@@ -84,6 +84,14 @@ func TestHotkeyEveryLib(t *testing.T) {
 				if r.CommandStats["config|resetstat"] != 0 || r.CommandStats["info"] != 0 {
 					t.Errorf("the bench's own RESETSTAT/INFO leaked into the counts: %v", r.CommandStats)
 				}
+				if len(r.CommandUsec) == 0 || r.CommandUsec["info"] != 0 || r.CommandUsec["config|resetstat"] != 0 {
+					t.Errorf("time in commands: %v, want some, and none of the bench's own", r.CommandUsec)
+				}
+				for c := range r.CommandUsec {
+					if r.CommandStats[c] == 0 {
+						t.Errorf("time in %s, which did not run: %v", c, r.CommandUsec)
+					}
+				}
 				if r.GapP50Ms <= 0 || r.WaitP99Ms < r.WaitP50Ms || r.GapP99Ms < r.GapP50Ms {
 					t.Errorf("implausible latencies: gap p50 %v p99 %v, wait p50 %v p99 %v", r.GapP50Ms, r.GapP99Ms, r.WaitP50Ms, r.WaitP99Ms)
 				}
@@ -259,6 +267,10 @@ func TestParseCommandStats(t *testing.T) {
 	}
 	if len(got) != 2 || got["set"] != 12 || got["client|setinfo"] != 2 {
 		t.Fatalf("got %v", got)
+	}
+	calls, usec, err := parseCommandTimes(info)
+	if err != nil || calls["set"] != 12 || usec["set"] != 30 || usec["client|setinfo"] != 3 || len(usec) != 2 {
+		t.Fatalf("parseCommandTimes: %v %v %v", calls, usec, err)
 	}
 }
 

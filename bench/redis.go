@@ -35,6 +35,7 @@ type redisServer struct {
 
 	mu       sync.Mutex
 	baseline map[string]int64 // commandstats right after RESETSTAT (the bench's own calls)
+	baseUsec map[string]int64 // and their time
 	cpu0     time.Duration    // main-thread CPU at the last ResetStats
 }
 
@@ -172,7 +173,15 @@ func infoField(info, name string) string {
 // parseCommandStats parses INFO commandstats into command -> calls. The
 // counts include commands run inside Lua scripts (Redis counts them).
 func parseCommandStats(info string) (map[string]int64, error) {
-	out := map[string]int64{}
+	calls, _, err := parseCommandTimes(info)
+	return calls, err
+}
+
+// parseCommandTimes parses INFO commandstats into command -> calls and
+// command -> microseconds spent running it. A script's EVALSHA time
+// includes the commands it ran, which are also counted on their own.
+func parseCommandTimes(info string) (calls, usec map[string]int64, err error) {
+	calls, usec = map[string]int64{}, map[string]int64{}
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -182,19 +191,22 @@ func parseCommandStats(info string) (map[string]int64, error) {
 		}
 		name, fields, ok := strings.Cut(rest, ":")
 		if !ok {
-			return nil, fmt.Errorf("bad commandstats line %q", line)
+			return nil, nil, fmt.Errorf("bad commandstats line %q", line)
 		}
 		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("bad commandstats line %q: %v", line, err)
-				}
-				out[name] += n
+			key, v, _ := strings.Cut(f, "=")
+			into := map[string]map[string]int64{"calls": calls, "usec": usec}[key]
+			if into == nil {
+				continue
 			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("bad commandstats line %q: %v", line, err)
+			}
+			into[name] += n
 		}
 	}
-	return out, sc.Err()
+	return calls, usec, sc.Err()
 }
 
 // ResetStats runs CONFIG RESETSTAT and notes the main thread's CPU time.
@@ -214,7 +226,7 @@ func (s *redisServer) ResetStats(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if s.baseline, err = parseCommandStats(info); err != nil {
+		if s.baseline, s.baseUsec, err = parseCommandTimes(info); err != nil {
 			return err
 		}
 	}
@@ -246,6 +258,9 @@ func (s *redisServer) dialAddr() string { return s.Addr }
 type Usage struct {
 	Cmds  map[string]int64 // calls per command, commands run inside scripts included
 	Total int64            // all calls
+	// Usec is the time Redis spent in each command, in microseconds
+	// (single server only). An EVALSHA's includes its script's commands.
+	Usec map[string]int64
 	// CPU is the main thread's CPU time (user + system, INFO cpu's
 	// used_cpu_user_main_thread + used_cpu_sys_main_thread): the thread
 	// that runs every command and script, and the resource every client of
@@ -265,7 +280,7 @@ func (s *redisServer) SinceReset(ctx context.Context) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	st, err := parseCommandStats(info)
+	st, usec, err := parseCommandTimes(info)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -280,9 +295,19 @@ func (s *redisServer) SinceReset(ctx context.Context) (Usage, error) {
 			delete(st, k)
 		}
 	}
+	for k, v := range s.baseUsec {
+		usec[k] -= v
+	}
+	for k, v := range usec {
+		// The bench's own calls take a different time at each call: only
+		// commands that others ran keep theirs.
+		if _, ran := st[k]; !ran || v <= 0 {
+			delete(usec, k)
+		}
+	}
 	cpu -= s.cpu0
 	s.mu.Unlock()
-	u := Usage{Cmds: st, CPU: cpu}
+	u := Usage{Cmds: st, Usec: usec, CPU: cpu}
 	for _, v := range st {
 		u.Total += v
 	}

@@ -84,24 +84,27 @@ type UncontendedGroup struct {
 }
 
 type HotkeyGroup struct {
-	Lib          string      `json:"lib"`
-	W            int         `json:"w"`
-	K            int         `json:"k"`
-	Mode         string      `json:"mode"`
-	WallMs       Summary     `json:"wall_ms"`
-	IdealMs      float64     `json:"ideal_ms"`
-	Efficiency   Summary     `json:"efficiency"`
-	WaitP50Ms    Summary     `json:"wait_p50_ms"`
-	WaitP99Ms    Summary     `json:"wait_p99_ms"`
-	GapP50Ms     Summary     `json:"gap_p50_ms"`
-	GapP99Ms     Summary     `json:"gap_p99_ms"`
-	CmdsPerGrant Summary     `json:"cmds_per_grant"`
-	CPUGrantUs   Summary     `json:"redis_cpu_per_grant_us"`
-	Grants       int         `json:"grants"` // summed over reps
-	Violations   int64       `json:"violations"`
-	Rewaits      int64       `json:"adapter_rewaits"` // summed over reps
-	TopCommands  string      `json:"top_commands"`
-	Runs         []HotkeyRun `json:"runs"`
+	Lib          string  `json:"lib"`
+	W            int     `json:"w"`
+	K            int     `json:"k"`
+	Mode         string  `json:"mode"`
+	WallMs       Summary `json:"wall_ms"`
+	IdealMs      float64 `json:"ideal_ms"`
+	Efficiency   Summary `json:"efficiency"`
+	WaitP50Ms    Summary `json:"wait_p50_ms"`
+	WaitP99Ms    Summary `json:"wait_p99_ms"`
+	GapP50Ms     Summary `json:"gap_p50_ms"`
+	GapP99Ms     Summary `json:"gap_p99_ms"`
+	CmdsPerGrant Summary `json:"cmds_per_grant"`
+	CPUGrantUs   Summary `json:"redis_cpu_per_grant_us"`
+	Grants       int     `json:"grants"` // summed over reps
+	Violations   int64   `json:"violations"`
+	Rewaits      int64   `json:"adapter_rewaits"` // summed over reps
+	TopCommands  string  `json:"top_commands"`
+	// TopTimes is the commands that took Redis the most time, in µs per
+	// grant ("" when not measured).
+	TopTimes string      `json:"top_times,omitempty"`
+	Runs     []HotkeyRun `json:"runs"`
 }
 
 type CeilingGroup struct {
@@ -227,7 +230,7 @@ func groupHotkey(runs []HotkeyRun, order []string) []HotkeyGroup {
 			CmdsPerGrant: pick(func(r HotkeyRun) float64 { return r.CmdsPerGrant }),
 			CPUGrantUs:   pick(func(r HotkeyRun) float64 { return r.CPUGrantUs }),
 		}
-		total := map[string]int64{}
+		total, usec := map[string]int64{}, map[string]int64{}
 		for _, r := range rs {
 			g.Grants += r.Grants
 			g.Violations += r.Violations + int64(r.Overlaps)
@@ -235,8 +238,12 @@ func groupHotkey(runs []HotkeyRun, order []string) []HotkeyGroup {
 			for c, n := range r.CommandStats {
 				total[c] += n
 			}
+			for c, n := range r.CommandUsec {
+				usec[c] += n
+			}
 		}
 		g.TopCommands = topCommands(total, g.Grants, 3)
+		g.TopTimes = topCommands(usec, g.Grants, 3)
 		out = append(out, g)
 	}
 	modeRank := func(m string) int {
@@ -258,8 +265,8 @@ func groupHotkey(runs []HotkeyRun, order []string) []HotkeyGroup {
 	return out
 }
 
-// topCommands renders the n most frequent commands as "set 3.1, evalsha 1.0"
-// (calls per grant).
+// topCommands renders the n commands with the largest counts (calls, or
+// µs of Redis time) as "set 3.1, evalsha 1.0", per grant when grants > 0.
 func topCommands(total map[string]int64, grants, n int) string {
 	names := slices.Collect(maps.Keys(total))
 	slices.SortFunc(names, func(a, b string) int {
@@ -395,20 +402,20 @@ func writeMarkdown(w io.Writer, rep *Report) {
 
 	if len(rep.Hotkey) > 0 {
 		p("## (b) One hot key\n\n")
-		p("W goroutines × K acquisitions of one key, each holding it L = %s ms (sleep). *separate* = one Client (connection pool) per goroutine, the distributed case; *shared* = all W goroutines share one Client. Ideal wall time = W·K·L. Hand-off gap = previous holder's release start → next holder's grant. Commands per grant from `INFO commandstats` (includes commands run inside Lua scripts); Redis CPU per grant is the main thread's CPU time (`INFO cpu`) over the run divided by grants.\n\n", fmtNum(m.Params.HoldMs))
+		p("W goroutines × K acquisitions of one key, each holding it L = %s ms (sleep). *separate* = one Client (connection pool) per goroutine, the distributed case; *shared* = all W goroutines share one Client. Ideal wall time = W·K·L. Hand-off gap = previous holder's release start → next holder's grant. Commands per grant from `INFO commandstats` (includes commands run inside Lua scripts); Redis CPU per grant is the main thread's CPU time (`INFO cpu`) over the run divided by grants; *time in commands* is `INFO commandstats`' usec of the commands that took the most, per grant, where an EVALSHA's time includes the commands its script ran (listed on their own too): what Redis's CPU spent outside them went to reading requests, writing replies, delivering messages and waking up for each request.\n\n", fmtNum(m.Params.HoldMs))
 		var last string
 		for _, g := range rep.Hotkey {
 			section := fmt.Sprintf("W=%d, K=%d, %s", g.W, g.K, g.Mode)
 			if section != last {
 				last = section
 				p("### %s (ideal %s ms)\n\n", section, fmtNum(g.IdealMs))
-				p("| lib | cmds/grant | Redis CPU µs/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant |\n")
-				p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+				p("| lib | cmds/grant | Redis CPU µs/grant | gap p50 ms | gap p99 ms | wait p50 ms | wait p99 ms | wall ms | ideal/wall | violations | top commands per grant | time in commands, µs per grant |\n")
+				p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			}
 			n := len(g.Runs)
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.CPUGrantUs, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Lib, fmtSum(g.CmdsPerGrant, n), fmtSum(g.CPUGrantUs, n), fmtSum(g.GapP50Ms, n), fmtSum(g.GapP99Ms, n),
 				fmtSum(g.WaitP50Ms, n), fmtSum(g.WaitP99Ms, n), fmtSum(g.WallMs, n), fmtSum(g.Efficiency, n),
-				ifs(g.Violations == 0, "0", fmt.Sprintf("**%d**", g.Violations)), g.TopCommands)
+				ifs(g.Violations == 0, "0", fmt.Sprintf("**%d**", g.Violations)), g.TopCommands, ifs(g.TopTimes != "", g.TopTimes, "–"))
 			if next := nextHotkeySection(rep.Hotkey, g); next {
 				p("\n")
 				for _, x := range rep.Hotkey {

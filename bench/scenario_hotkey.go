@@ -69,6 +69,9 @@ type HotkeyRun struct {
 	CmdsPerGrant float64          `json:"cmds_per_grant"`
 	CPUGrantUs   float64          `json:"redis_cpu_per_grant_us"` // Redis main-thread CPU per grant
 	CommandStats map[string]int64 `json:"command_stats"`
+	// CommandUsec is the time Redis spent in each command (µs), from
+	// INFO commandstats; nil where not measured (a Cluster).
+	CommandUsec map[string]int64 `json:"command_usec,omitempty"`
 	// BusMsgs is the cluster bus publish messages sent during the run,
 	// summed over a Cluster's nodes (the cluster scenario; 0 otherwise).
 	BusMsgs int64 `json:"bus_msgs,omitempty"`
@@ -234,6 +237,7 @@ func runHotkey(ctx context.Context, srv target, lib Lib, cfg HotkeyConfig, rep i
 	}
 	r.Commands = use.Total
 	r.CommandStats = use.Cmds
+	r.CommandUsec = use.Usec
 	r.BusMsgs = use.Bus
 	if r.Grants > 0 {
 		r.CmdsPerGrant = float64(use.Total) / float64(r.Grants)
