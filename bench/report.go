@@ -80,6 +80,7 @@ type UncontendedGroup struct {
 	CPUPairUs  Summary          `json:"redis_cpu_per_pair_us"`
 	PingP50Us  Summary          `json:"ping_p50_us"`
 	PairPings  Summary          `json:"pair_p50_in_pings"`
+	TopTimes   string           `json:"top_times,omitempty"` // µs per pair in the commands that took the most
 	Runs       []UncontendedRun `json:"runs"`
 }
 
@@ -176,8 +177,15 @@ func groupUncontended(runs []UncontendedRun, order []string) []UncontendedGroup 
 			}
 			return summarize(xs)
 		}
+		usec, pairs := map[string]int64{}, int64(0)
+		for _, r := range rs {
+			pairs += r.Pairs
+			for c, n := range r.CommandUsec {
+				usec[c] += n
+			}
+		}
 		out = append(out, UncontendedGroup{
-			Lib: k.lib, G: k.g, Runs: rs,
+			Lib: k.lib, G: k.g, Runs: rs, TopTimes: topCommands(usec, int(pairs), 2),
 			PairsPerS:  pick(func(r UncontendedRun) float64 { return r.PairsPerS }),
 			PairP50Us:  pick(func(r UncontendedRun) float64 { return r.PairP50Us }),
 			PairP99Us:  pick(func(r UncontendedRun) float64 { return r.PairP99Us }),
@@ -431,15 +439,15 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	if len(rep.Uncontended) > 0 {
 		p("## (a) Uncontended acquire + release\n\n")
 		p("G goroutines share one Client, each on its own key, for %s s per run. Allocations are `runtime.MemStats.Mallocs` deltas over the run divided by pairs (whole process: includes the library's background goroutines and the release func each adapter returns; rueidislock's row includes its adapter's bounded wait, about 4 allocs).\n\n", fmtNum(m.Params.UncontendedSeconds))
-		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair. For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
-		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair; *time in commands* is `INFO commandstats`' usec of the two commands that took the most, per pair (an EVALSHA's includes the commands its script ran). For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
+		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | time in commands, µs per pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Uncontended {
 			n := len(g.Runs)
 			ping, ratio := "–", "–"
 			if g.PingP50Us.Median > 0 {
 				ping, ratio = fmtSum(g.PingP50Us, n), fmtSum(g.PairPings, n)
 			}
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n), ping, ratio)
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n), ifs(g.TopTimes != "", g.TopTimes, "–"), ping, ratio)
 		}
 		p("\n")
 	}

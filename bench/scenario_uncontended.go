@@ -31,6 +31,9 @@ type UncontendedRun struct {
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
 	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
+	// CommandUsec is the time Redis spent in each command (µs) over the
+	// run, from INFO commandstats; nil where not measured (a Cluster).
+	CommandUsec map[string]int64 `json:"command_usec,omitempty"`
 	// BusMsgs: cluster bus publish messages over the run (cluster scenario).
 	BusMsgs int64 `json:"bus_msgs,omitempty"`
 	// PingP50Us is the p50 of sequential PINGs through the lib's own client
@@ -161,6 +164,7 @@ func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedCon
 	}
 	r.Seconds = elapsed.Seconds()
 	r.BusMsgs = use.Bus
+	r.CommandUsec = use.Usec
 	r.Errors = errs.Load()
 	r.FirstError = firstErr
 	if r.Pairs > 0 {
