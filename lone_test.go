@@ -1,15 +1,18 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // callCounter counts the scripts a go-redis client sends, alone or in
@@ -179,6 +182,78 @@ func TestLoneCallerCtxIsLaw(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cancelAfterWrite is a connection that, once armed, cancels a ctx right
+// after it wrote a command naming mark, and lets the cancel's callbacks run
+// before go-redis goes on to set its read deadline.
+type cancelAfterWrite struct {
+	net.Conn
+	mark   []byte
+	cancel *atomic.Pointer[context.CancelFunc]
+}
+
+func (c cancelAfterWrite) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if bytes.Contains(b, c.mark) {
+		if f := c.cancel.Swap(nil); f != nil {
+			(*f)()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return n, err
+}
+
+// A cancel that lands between the lone call's write and its read still
+// ends the call: the interrupt must survive the deadline go-redis sets
+// before reading (its read timeout, a minute here, would otherwise keep
+// the caller).
+func TestLoneCallerCancelledMidWrite(t *testing.T) {
+	b := startBlackhole(t, shared.Addr())
+	const name = "lone:midwrite"
+	var cancelNext atomic.Pointer[context.CancelFunc]
+	var d net.Dialer
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                     b.Addr(),
+		ReadTimeout:              time.Minute,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return cancelAfterWrite{cn, []byte(name + "}"), &cancelNext}, nil
+		},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	t.Cleanup(b.Heal) // before Close
+	ctx := ctxT(t)
+	waitFor(t, "the lone connection", func() bool {
+		return lockUnlock(ctx, c, "lone:midwrite:warm", 1) == nil && c.wire().LoneReady()
+	})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cancelNext.Store(&cancel)
+	b.CutReplies()
+	start := time.Now()
+	err := c.Mutex(name).Lock(cctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cancelled during its write: %v, want context.Canceled", err)
+	}
+	// Slack for a loaded 2-core box, far below the read timeout.
+	if took > time.Second {
+		t.Errorf("Lock returned %v after its ctx was cancelled", took)
+	}
+	b.Heal()
+	rdbDirect := rdbFor(t, shared)
+	waitFor(t, "the abandoned acquisition undone", func() bool {
+		return rdbDirect.Exists(ctx, name).Val() == 0
+	})
+	waitFor(t, "the lone connection again", func() bool {
+		return lockUnlock(ctx, c, name, 1) == nil && c.wire().LoneReady()
+	})
 }
 
 // A lone connection that Redis dropped fails the next lone call; the call

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
@@ -8,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/renew"
+	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // The wire formats and key names are defined once on the Go side; the Lua
@@ -104,5 +107,31 @@ func TestHeldRecordOutlivesItsWrites(t *testing.T) {
 	}
 	if ttls, _ := strconv.Atoi(m[1]); ttls*renew.PerTTL <= keys.HeldEvery+renew.PerTTL {
 		t.Fatalf("the record lives %s TTLs (%d renewals) but is written every %d renewals", m[1], ttls*renew.PerTTL, keys.HeldEvery)
+	}
+}
+
+// Two readers of one RWMutex from Clients with different watchdog timeouts
+// share the record of long holds: the shorter one's write must not cut the
+// TTL the longer one gave it.
+func TestHeldRecordTTLOnlyRises(t *testing.T) {
+	rdb := rdbFor(t, shared)
+	ctx := ctxT(t)
+	src := wire.WithLib(kind.Source("lib.lua"), kind.Source("renew.lua"))
+	const k, z, rec = "rec:ttl", "rec:ttl:z", "rec:ttl:held"
+	t.Cleanup(func() { rdb.Del(context.Background(), k, z, rec) })
+	if err := rdb.HSet(ctx, k, "long", 1, "short", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	renewOne := func(owner string, ttl int) {
+		t.Helper()
+		keys := []string{k, z, "rec:ttl:fence", "rec:ttl:forced", rec}
+		if err := rdb.Eval(ctx, src, keys, owner, ttl, "r", fmt.Sprintf("1 %d", ttl/3)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewOne("long", 30000)
+	renewOne("short", 3000)
+	if ttl := rdb.PTTL(ctx, rec).Val(); ttl < 100*time.Second {
+		t.Fatalf("record TTL %v after the short reader's write, want the long reader's 150s", ttl)
 	}
 }

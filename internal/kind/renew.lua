@@ -31,7 +31,8 @@ local function record(k, h, f, ttl, rec)
       if redis.call('hexists', k, o) == 0 then redis.call('hdel', h, o) end
     end
   end
-  redis.call('pexpire', h, ttl * HELD_TTLS)
+  -- Only ever raised: readers of one RWMutex may renew with different TTLs.
+  if redis.call('pttl', h) < ttl * HELD_TTLS then redis.call('pexpire', h, ttl * HELD_TTLS) end
 end
 local n = #ARGV / 4
 local out = {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,12 @@ type lone struct {
 	inflight <-chan struct{} // the Done of the call in flight; nil: none
 	watched  <-chan struct{} // the Done the callback is registered for
 	unwatch  func() bool     // ends that registration
+	// cut is set when interrupt closed the connection under the call in
+	// flight: the call's reply, if it came first, stands, but the
+	// connection is gone. Guarded by imu.
+	cut bool
+	// stopped is set by forget (Stop): no registration, no redial after.
+	stopped atomic.Bool
 }
 
 // newLone returns the lone connection's state for rdb, or nil when rdb is
@@ -109,7 +116,9 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	if ctx.Err() != nil || !l.mu.TryLock() {
 		return false, false, nil
 	}
-	if !w.batch.alone() {
+	// ready was read without mu: a call that failed since may have dropped
+	// the connection.
+	if l.conn == nil || !w.batch.alone() {
 		l.mu.Unlock()
 		return false, false, nil
 	}
@@ -121,21 +130,29 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	}
 	l.imu.Lock()
 	l.inflight = nil
+	cut := l.cut
+	l.cut = false
 	l.imu.Unlock()
-	if isReply(cl.Cmd.Err()) {
-		l.mu.Unlock()
+	replied := isReply(cl.Cmd.Err()) && !isRetryable(cl.Cmd.Err())
+	dropped := !replied || cut
+	if dropped {
+		// The connection is done with: redial makes another once a PING
+		// is answered.
+		l.ready.Store(false)
+		_ = l.conn.Close()
+		l.conn = nil
+	}
+	l.mu.Unlock()
+	if dropped {
+		w.redial()
+	}
+	if replied {
 		cl.state.Store(answered)
 		w.batch.delivered(1)
 		return true, false, nil
 	}
-	// It may have run, so it must not be dropped; and the connection is
-	// done with: redial makes another once a PING is answered.
+	// It may have run, so it must not be dropped.
 	cl.Droppable = false
-	l.ready.Store(false)
-	_ = l.conn.Close()
-	l.conn = nil
-	l.mu.Unlock()
-	w.redial()
 	// The batcher resends it and the caller waits for that as for any
 	// call: if its ctx is done, the resend's reply goes to the call's Undo.
 	cl.state.Store(queued)
@@ -159,14 +176,32 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
+// isRetryable reports whether err is a reply that says the command did not
+// run and may run if sent again (a loading or read-only server, a failover
+// under way): the batcher's go-redis client retries those with backoff.
+func isRetryable(err error) bool {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"LOADING ", "READONLY ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // watch marks a call of ctx in flight, registering interrupt on ctx unless
-// it already is.
+// it already is (or the Wire is stopped: the call then fails on the closed
+// connection and is resent).
 func (l *lone) watch(ctx context.Context) {
 	done := ctx.Done()
 	l.imu.Lock()
 	defer l.imu.Unlock()
 	l.inflight = done
-	if done == nil || done == l.watched {
+	if done == nil || done == l.watched || l.stopped.Load() {
 		return
 	}
 	if l.unwatch != nil {
@@ -181,14 +216,17 @@ func (l *lone) watch(ctx context.Context) {
 func (l *lone) forget() {
 	l.imu.Lock()
 	defer l.imu.Unlock()
+	l.stopped.Store(true)
 	if l.unwatch != nil {
 		l.unwatch()
 	}
 	l.watched, l.unwatch = nil, nil
 }
 
-// interrupt ends the read of the call in flight if it is done's, and
-// forgets the registration for done.
+// interrupt ends the call in flight if it is done's, and forgets the
+// registration for done. It closes the connection: a past deadline alone
+// would be undone by the deadline go-redis sets before its write and its
+// read, and the callback runs only once.
 func (l *lone) interrupt(done <-chan struct{}) {
 	l.imu.Lock()
 	defer l.imu.Unlock()
@@ -199,7 +237,8 @@ func (l *lone) interrupt(done <-chan struct{}) {
 		return
 	}
 	if cn := l.netConn.Load(); cn != nil {
-		_ = (*cn).SetDeadline(time.Unix(1, 0))
+		_ = (*cn).Close()
+		l.cut = true
 	}
 }
 
@@ -208,6 +247,9 @@ func (l *lone) interrupt(done <-chan struct{}) {
 // second: a Redis that refuses costs a lone caller nothing.
 func (w *Wire) redial() {
 	l := w.lone
+	if l.stopped.Load() {
+		return
+	}
 	now := time.Now().UnixNano()
 	if last := l.lastDial.Load(); now-last < int64(time.Second) || !l.lastDial.CompareAndSwap(last, now) {
 		return
