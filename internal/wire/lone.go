@@ -23,7 +23,7 @@ import (
 // go-redis client's options, because ctx is law: to return when its ctx
 // ends while Redis says nothing, the caller must be able to interrupt the
 // read it is blocked in, and only a connection the Wire dialed itself
-// gives it the net.Conn to set a deadline on. An interrupted call may have
+// gives it the net.Conn to close. An interrupted call may have
 // run, so it is resent through the batcher, abandoned, and its Undo runs
 // with the resend's reply (every call sent through Do is safe to resend:
 // go-redis resends too).
@@ -46,9 +46,8 @@ type lone struct {
 	lastDial atomic.Int64             // when redial last started, Unix ns
 
 	// The caller's ctx may end while its call is on the connection:
-	// interrupt then sets a past deadline, only while a call of that ctx
-	// is in flight (go-redis sets new deadlines before the next call
-	// anyway). Calls are told apart by their ctx's Done channel. The
+	// interrupt then closes it, only while a call of that ctx is in
+	// flight. Calls are told apart by their ctx's Done channel. The
 	// callback stays registered on a ctx until a call comes with another
 	// (or the ctx ends): a Lock and its Unlock, or a loop of them, usually
 	// share a ctx, and a registration costs two allocations.
@@ -83,9 +82,10 @@ func newLone(rdb redis.UniversalClient) *lone {
 	}
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	opt.MaxRetries = -1
-	// go-redis sets a deadline before every read and write only when its
-	// timeouts are not disabled; the interrupt's deadline must not outlive
-	// the call it ended.
+	// A call whose ctx never ends must not wait for a silent Redis
+	// forever: go-redis sets a deadline before every read and write only
+	// when its timeouts are not disabled, and a call that times out is
+	// resent through the batcher.
 	if opt.ReadTimeout <= 0 {
 		opt.ReadTimeout = time.Minute
 	}
