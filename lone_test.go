@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
 // callCounter counts the scripts a go-redis client sends, alone or in
@@ -129,6 +132,54 @@ func TestWithoutOwnConnection(t *testing.T) {
 	if n := seen.alone.Load() + seen.piped.Load(); n != 200 || c.wire().LoneReady() {
 		t.Fatalf("the go-redis client saw %d of 200 calls (lone ready: %v)", n, c.wire().LoneReady())
 	}
+}
+
+// A reply that says the call did not run and may run later (READONLY, here
+// from a replica) is not the lone call's answer: the call is resent through
+// the go-redis client given to New, which retries such replies with backoff
+// as it did before the lone connection existed.
+func TestLoneReadOnlyGoesThroughTheClient(t *testing.T) {
+	replica := testenv.StartReplica(t, testenv.StartRedis(t))
+	rdb := rdbFor(t, replica)
+	// The take's arguments carry the watchdog timeout, 7000 ms: a release
+	// or cleanup (which the client may send too) does not.
+	var takes atomic.Int64
+	rdb.AddHook(scriptWatch(func(args []any) {
+		if strings.Contains(fmt.Sprint(args...), " 7000 ") {
+			takes.Add(1)
+		}
+	}))
+	c := newClientOn(t, rdb, WithWatchdogTimeout(7*time.Second))
+	ctx := ctxT(t)
+	waitFor(t, "the lone connection", func() bool {
+		_ = c.Mutex("lone:readonly").Lock(ctx) // READONLY
+		return c.wire().LoneReady()
+	})
+	takes.Store(0)
+	err := c.Mutex("lone:readonly").Lock(ctx)
+	if err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("Lock on a replica: %v, want READONLY", err)
+	}
+	if takes.Load() == 0 {
+		t.Fatal("the READONLY reply on the lone connection was the take's answer; want the take resent through the go-redis client")
+	}
+}
+
+// scriptWatch is a go-redis hook that shows f the arguments of every script
+// call sent alone.
+type scriptWatch func(args []any)
+
+func (f scriptWatch) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f scriptWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			f(cmd.Args())
+		}
+		return next(ctx, cmd)
+	}
+}
+func (f scriptWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // ctx is law on the lone connection too: a lone caller whose Redis goes

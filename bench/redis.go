@@ -195,8 +195,13 @@ func parseCommandTimes(info string) (calls, usec map[string]int64, err error) {
 		}
 		for _, f := range strings.Split(fields, ",") {
 			key, v, _ := strings.Cut(f, "=")
-			into := map[string]map[string]int64{"calls": calls, "usec": usec}[key]
-			if into == nil {
+			var into map[string]int64
+			switch key {
+			case "calls":
+				into = calls
+			case "usec":
+				into = usec
+			default:
 				continue
 			}
 			n, err := strconv.ParseInt(v, 10, 64)

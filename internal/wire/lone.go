@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,19 +177,11 @@ func isReply(err error) bool {
 
 // isRetryable reports whether err is a reply that says the command did not
 // run and may run if sent again (a loading or read-only server, a failover
-// under way): the batcher's go-redis client retries those with backoff.
+// under way): go-redis retries those with backoff, so the batcher, which
+// sends through the go-redis client, does.
 func isRetryable(err error) bool {
-	var re redis.Error
-	if err == nil || !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	for _, p := range []string{"LOADING ", "READONLY ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN "} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
 }
 
 // watch marks a call of ctx in flight, registering interrupt on ctx unless
