@@ -180,8 +180,8 @@ func isReply(err error) bool {
 // under way): go-redis retries those with backoff, so the batcher, which
 // sends through the go-redis client, does.
 func isRetryable(err error) bool {
-	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
+	return err != nil && (redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsClusterDownError(err))
 }
 
 // watch marks a call of ctx in flight, registering interrupt on ctx unless
