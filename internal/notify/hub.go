@@ -64,6 +64,7 @@ type Hub struct {
 	clientReady chan struct{} // closed once the client channel is confirmed
 	clientOK    bool
 	closed      bool
+	closing     chan struct{} // closed with closed: ends a join waiting for confirmation
 	readerDone  chan struct{}
 	// Subscription changes, applied in order by the subscriber goroutine:
 	// a caller never blocks on Redis to register as a waiter.
@@ -139,6 +140,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 		chans:         make(map[string]*channel),
 		tickets:       make(map[uint64]*Waiter),
 		clientReady:   make(chan struct{}),
+		closing:       make(chan struct{}),
 		opsSignal:     make(chan struct{}, 1),
 		// A random start: a stale queue entry left by an earlier process
 		// with the same client id must not match a ticket of this one.
@@ -258,6 +260,10 @@ func (h *Hub) join(ctx context.Context, lockChannel, lockKey string, m mode) (*W
 		// periodic re-checks instead of messages.
 		h.log.Warn("dlock: pub/sub subscription not confirmed; waiting by re-checks", "after", h.readyTimeout)
 		return w, nil
+	case <-h.closing:
+		// Closed before the confirmation came: it never will.
+		h.Leave(w)
+		return nil, ErrClosed
 	case <-ctx.Done():
 		h.Leave(w)
 		return nil, context.Cause(ctx)
@@ -413,6 +419,7 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
+	close(h.closing)
 	for _, ch := range h.chans {
 		if ch.linger != nil {
 			ch.linger.Stop()

@@ -2,11 +2,13 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
@@ -208,4 +210,40 @@ func clientReady(h *Hub) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.clientOK
+}
+
+// A Join still waiting for its subscription to be confirmed returns
+// ErrClosed when the hub closes: the confirmation never comes after Close,
+// and the waiter must not sit out the ready timeout (a minute here) first.
+func TestJoinEndsAtClose(t *testing.T) {
+	silent := testenv.NewSilentServer(t)
+	// Short timeouts: the hub's goroutines stuck on the silent server end
+	// soon after Close (goleak).
+	rdb := redis.NewClient(&redis.Options{Addr: silent.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	h := New(rdb, Config{ClientChannel: "dlock:client:test", ReadyTimeout: time.Minute, CloseWait: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	joined := make(chan error, 1)
+	go func() {
+		w, err := h.JoinAll(ctx, "latchchan")
+		if err == nil {
+			h.Leave(w)
+		}
+		joined <- err
+	}()
+	// Let it get as far as waiting for the confirmation.
+	for {
+		h.mu.Lock()
+		n := len(h.tickets)
+		h.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = h.Close()
+	if err := <-joined; !errors.Is(err, ErrClosed) {
+		t.Fatalf("JoinAll when the hub closed: %v, want ErrClosed (not the ctx's end)", err)
+	}
 }
