@@ -92,12 +92,15 @@ func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Qu
 }
 
 // AttemptReply implements lease.Protocol: acquire.lua answers one integer.
+// Decoded strictly: a grant is a token of at least 1 (fencing counters start
+// at 1), a re-entry a count of at least 1; anything else is an error, never
+// a grant.
 func (p *Mutex) AttemptReply(cmd redis.Cmder, count int) (lease.Reply, error) {
 	v, err := cmd.(*redis.IntCmd).Result()
 	switch {
 	case err != nil:
 		return lease.Reply{}, err
-	case v >= 0 && count == 0:
+	case v >= 1 && count == 0:
 		return lease.Reply{Granted: true, Token: uint64(v), Count: 1}, nil
 	case v > 0:
 		return lease.Reply{Granted: true, Count: int(v)}, nil

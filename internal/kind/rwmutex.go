@@ -66,14 +66,15 @@ func (p *RWMutex) Keys() *keys.Set { return &p.ks }
 
 // rwReply decodes rwlock.lua's and rlock.lua's arrays: {1, count, token}
 // held, {0, ms to wait} not, {-1} the re-entered hold is gone, {-2} an
-// upgrade.
+// upgrade. Decoded strictly: a grant has a count of at least 1 and, for a
+// new hold (count 0), a token of at least 1; anything else is an error.
 func rwReply(cmd redis.Cmder, count int) (lease.Reply, error) {
 	var buf [3]int64
 	v, err := ints(cmd.(*redis.Cmd), buf[:])
 	switch {
 	case err != nil:
 		return lease.Reply{}, err
-	case len(v) == 3 && v[0] == 1:
+	case len(v) == 3 && v[0] == 1 && v[1] >= 1 && (count > 0 || v[2] >= 1):
 		return lease.Reply{Granted: true, Count: int(v[1]), Token: uint64(v[2])}, nil
 	case len(v) == 2 && v[0] == 0:
 		return lease.Reply{Wait: msDuration(v[1])}, nil

@@ -91,14 +91,15 @@ func (p *Semaphore) Attempt(l *lease.Lease, ttl time.Duration, _ int, q lease.Qu
 
 // AttemptReply implements lease.Protocol: {1, ttl} held, {0, ms until the
 // first permit expires (-1: none)}, {-3, size} more permits asked for
-// than the semaphore has.
+// than the semaphore has. A grant's TTL is at least 1 ms; anything else is
+// an error, never a grant.
 func (p *Semaphore) AttemptReply(cmd redis.Cmder, _ int) (lease.Reply, error) {
 	var buf [2]int64
 	v, err := ints(cmd.(*redis.Cmd), buf[:])
 	switch {
 	case err != nil:
 		return lease.Reply{}, err
-	case len(v) == 2 && v[0] == 1:
+	case len(v) == 2 && v[0] == 1 && v[1] >= 1:
 		return lease.Reply{Granted: true, Count: 1}, nil
 	case len(v) == 2 && v[0] == 0 && v[1] >= 0:
 		return lease.Reply{Wait: time.Duration(v[1])*time.Millisecond + time.Millisecond}, nil

@@ -127,6 +127,7 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 		cl.Script.evalInstead(ctx, l.conn, cl.Cmd)
 	}
+	requireReply(cl.Cmd)
 	l.imu.Lock()
 	l.inflight = nil
 	cut := l.cut
@@ -156,6 +157,7 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	// call: if its ctx is done, the resend's reply goes to the call's Undo.
 	cl.state.Store(queued)
 	cl.Cmd.SetErr(nil)
+	expectReply(cl.Cmd)
 	w.batch.enqueue(cl, 0)
 	left, err = w.wait(ctx, cl)
 	return true, left, err

@@ -102,6 +102,7 @@ var callPool = sync.Pool{New: func() any { return &Call{done: make(chan struct{}
 // or nil.
 func NewCall(cmd redis.Cmder, s *Script) *Call {
 	cl := callPool.Get().(*Call)
+	expectReply(cmd)
 	cl.Cmd, cl.Script = cmd, s
 	cl.state.Store(queued)
 	return cl
@@ -372,12 +373,15 @@ func (b *batcher) exec(batch []*Call) {
 		for _, cl := range batch {
 			_ = pipe.Process(ctx, cl.Cmd)
 		}
-		_, _ = pipe.Exec(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			failUnanswered(batch, err)
+		}
 	}
 	for _, cl := range batch {
 		if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 			cl.Script.evalInstead(ctx, b.w.rdb, cl.Cmd)
 		}
+		requireReply(cl.Cmd)
 	}
 	done := 0
 	for _, cl := range batch {
