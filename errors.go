@@ -13,7 +13,8 @@ var (
 	// the cause of the hold's context, what Err returns, and what Unlock returns
 	// for a hold that had been lost. A *LossError says which reason; errors.Is
 	// also matches the reason's own sentinel (ErrUnconfirmed, ErrTakenOver,
-	// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded).
+	// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded,
+	// ErrMaxHold, ErrReleaseFailed).
 	ErrLockLost = lease.ErrLockLost
 
 	// ErrWaitTimeout is returned by WithLock when the lock was not acquired
@@ -71,6 +72,10 @@ var (
 	ErrRenewRefused = lease.ErrRenewRefused
 	// ErrLeaseEnded: a fixed lease (lease > 0) ran out.
 	ErrLeaseEnded = lease.ErrLeaseEnded
+	// ErrReleaseFailed: the final Unlock's release got no answer or an
+	// error reply (the LossError wraps it): the lock may stay held in Redis
+	// until its TTL ends. The hold is over for its owner all the same.
+	ErrReleaseFailed = lease.ErrReleaseFailed
 	// ErrMaxHold: the hold reached its MaxHold (or the Client's
 	// WithMaxHold): the watchdog stopped renewing it, and the lock expires
 	// in Redis within a watchdog timeout unless released first.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -315,8 +316,8 @@ func TestRefusedAfterPasswordChange(t *testing.T) {
 			if n, _ := admin.Exists(ctx, "pw-held").Result(); n == 1 && err == nil {
 				t.Errorf("Unlock returned nil while the lock stays in Redis")
 			}
-			if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
-				t.Errorf("Unlock after the password changed: %v, want a WRONGPASS error", err)
+			if !errors.Is(err, ErrReleaseFailed) || !strings.Contains(err.Error(), "WRONGPASS") {
+				t.Errorf("Unlock after the password changed: %v, want ErrReleaseFailed with WRONGPASS", err)
 			}
 			// The hold's ctx ends; the key expires by its TTL.
 			if err := admin.Del(ctx, "pw-held").Err(); err != nil {

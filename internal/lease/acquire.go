@@ -244,6 +244,10 @@ func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, e
 		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, q, true) })
 	}
 	switch {
+	case ctx.Err() != nil && left && !a.answered:
+		// Redis never answered this acquisition: say so, and keep ctx's
+		// cause for errors.Is.
+		return false, fmt.Errorf("%w (lock %q): %w", ErrUnavailable, a.h.name, context.Cause(ctx))
 	case ctx.Err() != nil:
 		return false, context.Cause(ctx)
 	case left && a.answered:
@@ -252,7 +256,7 @@ func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, e
 	case left:
 		return false, fmt.Errorf("%w within the wait of %q", ErrUnavailable, a.h.name)
 	}
-	return false, a.h.e.WrapClosed(err)
+	return false, a.h.e.WrapClosed(unanswered(a.h.name, err))
 }
 
 // giveUp leaves the wait queue in the background; the kind's Undo passes on

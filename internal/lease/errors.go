@@ -23,6 +23,7 @@ var (
 	ErrRenewRefused    = errors.New("redis refused the renewal")
 	ErrLeaseEnded      = errors.New("the lease ended")
 	ErrMaxHold         = errors.New("the hold reached its MaxHold")
+	ErrReleaseFailed   = errors.New("the release failed; the lock ends by its TTL")
 )
 
 // LossError says why a hold ended without Unlock. It matches ErrLockLost and
@@ -30,7 +31,7 @@ var (
 // Unwrap. A LossError is immutable; safe for concurrent use.
 type LossError struct {
 	Name   string // the lock name
-	Reason error  // ErrUnconfirmed, ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded or ErrMaxHold
+	Reason error  // ErrUnconfirmed, ErrTakenOver, ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded, ErrMaxHold or ErrReleaseFailed
 	Err    error  // the underlying error, or nil
 }
 

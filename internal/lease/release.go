@@ -171,7 +171,7 @@ func (h *Lease) settle(r Released, err error, final, renewing bool) error {
 	case err != nil:
 		// Not released, as far as we know: the lock ends by its TTL. The
 		// lease is over all the same (a loss, unless it was lost already).
-		h.end(lossError(h.name, ErrUnconfirmed, err), nil)
+		h.end(lossError(h.name, ErrReleaseFailed, err), nil)
 		h.finish()
 		return h.Err()
 	case !r.Found:
