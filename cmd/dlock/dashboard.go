@@ -173,7 +173,7 @@ func checkDashboardFlags(f *dashboardFlags) error {
 	if f.metricsURL != "" {
 		u, err := url.Parse(f.metricsURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usagef("--metrics %q: want an http:// or https:// URL, e.g. http://app:9464/metrics", f.metricsURL)
+			return usagef("--metrics %s: want an http:// or https:// URL, e.g. http://app:9464/metrics", redactURL(f.metricsURL))
 		}
 	}
 	return nil
@@ -271,7 +271,7 @@ func (d *dashboard) servePage(w http.ResponseWriter, _ *http.Request) {
 		"CSRF":        d.csrf,
 		"IntervalMs":  d.f.interval.Milliseconds(),
 		"AllowUnlock": d.f.allowUnlock,
-		"Metrics":     d.f.metricsURL,
+		"Metrics":     redactURL(d.f.metricsURL),
 	})
 }
 
