@@ -45,13 +45,16 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 
 // Locks lists the locks, elections, semaphores and latches dlock knows of in Redis
 // (every master of a Cluster) whose names match the Redis glob pattern match
-// ("" or "*" for all): held ones, and ones with a fencing counter alive
+// ("" or "*" for all; read as the server's SCAN MATCH reads it, matched
+// without backtracking, at most 4096 bytes or ErrInvalidArgument): held
+// ones, and ones with a fencing counter alive
 // (they were held in the last 24h). It finds them with SCAN in pages of
 // discover.ScanCount (never KEYS), one HRANDFIELD per hash (pipelined per
 // page) to tell lock hashes from other hashes, and then reads each one in
 // one MULTI, as Inspect does; it changes nothing. The result is sorted by
 // Type, then Name. Cost grows with the number of keys in Redis: this is a
-// tool for operators, not for a request path. Safe for concurrent use.
+// tool for operators, not for a request path. When ctx ends, Locks returns
+// and its scan stops before its next SCAN call. Safe for concurrent use.
 //
 // A lock's LockInfo is Inspect's; an election's has Leader, its holder and
 // its waiting candidates (Name is the election's name); a semaphore's has

@@ -50,12 +50,14 @@ type dashboardFlags struct {
 	maxLocks    int
 	metricsURL  string
 	allowUnlock bool
+	allowHosts  []string // --allow-host, as given
+	hosts       hostList // built from allowHosts and the listener
 }
 
 func (a *app) dashboardCommand() *cobra.Command {
 	var f dashboardFlags
 	cmd := &cobra.Command{
-		Use:   "dashboard [--listen ADDR] [--interval D] [--metrics URL] [--allow-unlock]",
+		Use:   "dashboard [--listen ADDR [--allow-host HOST]...] [--interval D] [--metrics URL] [--allow-unlock]",
 		Short: "Serve a live web view of the locks in Redis",
 		Long: `dashboard serves a web page (self-contained: no external assets, works
 offline) that shows, live, the locks dlock knows of in --redis: name, kind
@@ -95,16 +97,31 @@ never KEYS. The page shows the count of the last refresh.
 Read-only by default. With --allow-unlock each held lock gets a "Force
 unlock" button that asks for confirmation and then POSTs to the server with
 a per-process CSRF token; it does what "dlock unlock --force" does. The page
-cannot be framed, and a server on a loopback address answers only to
-loopback host names (against DNS rebinding). Do not expose --allow-unlock
-beyond the machine: there is no authentication.
+cannot be framed.
 
-Exit codes: 0 after Ctrl-C or SIGTERM, 2 bad flags or --listen address in
-use, 69 Redis unreachable at start.`,
+Hosts. The server answers only requests whose Host is an allowed host (421
+otherwise, the page and its token included): on a loopback --listen, the
+loopback names (localhost, 127.0.0.1, [::1]) on any port, plus each
+--allow-host; on any other --listen, only the --allow-host names, and
+without one the dashboard refuses to start. --allow-host HOST allows HOST on
+any port, HOST:PORT on that port only; give the names the browser's address
+bar shows (behind a reverse proxy, the proxy's). A force unlock must also
+come with an Origin on the list (http or https), when the browser sends one.
+This stops web pages, a DNS-rebound name's included, from reading the page
+or unlocking through a visitor's browser. It is not authentication: anyone
+who can reach the port can send an allowed Host, read every lock name and
+holder, and with --allow-unlock force-unlock. Keep the dashboard on
+loopback (reach it through an SSH tunnel), or put an authenticating proxy
+in front of it.
+
+Exit codes: 0 after Ctrl-C or SIGTERM, 2 bad flags, --listen address in
+use, or a --listen beyond loopback without --allow-host, 69 Redis
+unreachable at start.`,
 		Example: `  dlock dashboard
   dlock --redis redis://10.0.0.5:6379 dashboard --listen 127.0.0.1:9000
   dlock dashboard --metrics http://app-1:9464/metrics --interval 5s
-  dlock dashboard --allow-unlock`,
+  dlock dashboard --allow-unlock
+  dlock dashboard --listen 0.0.0.0:8080 --allow-host dash.internal.example`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkDashboardFlags(&f); err != nil {
@@ -115,6 +132,16 @@ use, 69 Redis unreachable at start.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// Listen first: where it listens decides whether it may start.
+			ln, err := net.Listen("tcp", f.listen)
+			if err != nil {
+				return usagef("--listen %s: %v", f.listen, err)
+			}
+			defer ln.Close()
+			f.hosts.loopback = isLoopback(ln.Addr())
+			if !f.hosts.loopback && len(f.hosts.entries) == 0 {
+				return usagef("--listen %s is beyond loopback: name the hosts a browser reaches the page by with --allow-host (repeatable), e.g. --allow-host dash.example.com; see dlock dashboard --help", ln.Addr())
+			}
 			rdb, t, err := a.connect(ctx)
 			if err != nil {
 				return err
@@ -125,17 +152,17 @@ use, 69 Redis unreachable at start.`,
 				return err
 			}
 			defer c.Close()
-			ln, err := net.Listen("tcp", f.listen)
-			if err != nil {
-				return usagef("--listen %s: %v", f.listen, err)
-			}
-			d := newDashboard(rdb, c, t.where(), f, ln.Addr())
+			d := newDashboard(rdb, c, t.where(), f)
 			srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
-			fmt.Fprintf(a.stdout, "dlock dashboard on http://%s/ (Redis %s%s); Ctrl-C stops it\n", ln.Addr(), t.where(), map[bool]string{true: ", force unlock allowed", false: ", read-only"}[f.allowUnlock])
-			if !isLoopback(ln.Addr()) {
-				fmt.Fprintf(a.stderr, "dlock: warning: the dashboard listens on %s, beyond this machine, without authentication\n", ln.Addr())
+			fmt.Fprintf(a.stdout, "dlock dashboard on %s (Redis %s%s); Ctrl-C stops it\n", f.hosts.pageURL(ln.Addr()), t.where(), map[bool]string{true: ", force unlock allowed", false: ", read-only"}[f.allowUnlock])
+			if !f.hosts.loopback {
+				can := "read every lock"
+				if f.allowUnlock {
+					can += " and force-unlock"
+				}
+				fmt.Fprintf(a.stderr, "dlock: warning: the dashboard listens on %s, beyond this machine, without authentication: anyone who can reach it can %s\n", ln.Addr(), can)
 			}
 			select {
 			case <-ctx.Done():
@@ -155,6 +182,7 @@ use, 69 Redis unreachable at start.`,
 	fl.IntVar(&f.maxLocks, "max-locks", defaultMaxLocks, "show at most this many locks, held ones first")
 	fl.StringVar(&f.metricsURL, "metrics", "", "the application's Prometheus endpoint with dlockprom metrics, e.g. http://app:9464/metrics")
 	fl.BoolVar(&f.allowUnlock, "allow-unlock", false, "offer a confirmed force unlock on the page")
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "a HOST or HOST:PORT the page is reached by (repeatable); required when --listen is beyond loopback")
 	return cmd
 }
 
@@ -170,10 +198,17 @@ func checkDashboardFlags(f *dashboardFlags) error {
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return usagef("--listen %q: want host:port, e.g. 127.0.0.1:8080", f.listen)
 	}
+	for i, h := range f.allowHosts {
+		e, ok := parseAllowHost(h)
+		if !ok {
+			return usagef("--allow-host #%d: want HOST or HOST:PORT as a browser's address bar has it, e.g. dash.example.com or 10.0.0.5:8080", i+1)
+		}
+		f.hosts.entries = append(f.hosts.entries, e)
+	}
 	if f.metricsURL != "" {
 		u, err := url.Parse(f.metricsURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usagef("--metrics %q: want an http:// or https:// URL, e.g. http://app:9464/metrics", f.metricsURL)
+			return usagef("--metrics %s: want an http:// or https:// URL, e.g. http://app:9464/metrics", redactURL(f.metricsURL))
 		}
 	}
 	return nil
@@ -207,7 +242,6 @@ type dashboard struct {
 	where string
 	f     dashboardFlags
 	csrf  string
-	addr  net.Addr
 	mux   *http.ServeMux
 	page  *template.Template
 
@@ -218,10 +252,10 @@ type dashboard struct {
 	scraper *scraper
 }
 
-func newDashboard(rdb redis.UniversalClient, c *dlock.Client, where string, f dashboardFlags, addr net.Addr) *dashboard {
+func newDashboard(rdb redis.UniversalClient, c *dlock.Client, where string, f dashboardFlags) *dashboard {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
-	d := &dashboard{rdb: rdb, locks: c, where: where, f: f, csrf: hex.EncodeToString(b[:]), addr: addr, mux: http.NewServeMux()}
+	d := &dashboard{rdb: rdb, locks: c, where: where, f: f, csrf: hex.EncodeToString(b[:]), mux: http.NewServeMux()}
 	if f.metricsURL != "" {
 		d.scraper = newScraper(f.metricsURL)
 	}
@@ -234,12 +268,12 @@ func newDashboard(rdb redis.UniversalClient, c *dlock.Client, where string, f da
 	return d
 }
 
-// ServeHTTP checks the Host header (a loopback server answers loopback
-// names only: a DNS-rebound page cannot read the CSRF token) and sets the
-// headers that keep the page from being framed or loading foreign code.
+// ServeHTTP checks the Host header against the allowed hosts (so that a
+// DNS-rebound page cannot read the CSRF token) and sets the headers that
+// keep the page from being framed or loading foreign code.
 func (d *dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if isLoopback(d.addr) && !loopbackHost(r.Host) {
-		http.Error(w, "dlock dashboard: Host "+r.Host+" is not a loopback name", http.StatusMisdirectedRequest)
+	if !d.f.hosts.allows(r.Host) {
+		http.Error(w, "dlock dashboard: Host "+strconv.Quote(truncate(r.Host, 100))+" is not an allowed host (see --allow-host)", http.StatusMisdirectedRequest)
 		return
 	}
 	h := w.Header()
@@ -251,18 +285,6 @@ func (d *dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-func loopbackHost(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = hostport
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func (d *dashboard) servePage(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = d.page.Execute(w, map[string]any{
@@ -271,7 +293,7 @@ func (d *dashboard) servePage(w http.ResponseWriter, _ *http.Request) {
 		"CSRF":        d.csrf,
 		"IntervalMs":  d.f.interval.Milliseconds(),
 		"AllowUnlock": d.f.allowUnlock,
-		"Metrics":     d.f.metricsURL,
+		"Metrics":     redactURL(d.f.metricsURL),
 	})
 }
 
@@ -327,8 +349,10 @@ type unlockRequest struct {
 }
 
 // serveUnlock force-unlocks a lock: only with --allow-unlock, the CSRF
-// token in its header, a JSON body (which a cross-site form cannot send) and
-// a same-origin Origin when the browser sends one.
+// token in its header, a JSON body (which a cross-site form cannot send),
+// an Origin on the allowed hosts when the browser sends one (compared with
+// the list, not with the request's own Host, which a rebound name controls)
+// and a same-origin Sec-Fetch-Site when it sends that.
 func (d *dashboard) serveUnlock(w http.ResponseWriter, r *http.Request) {
 	reply := func(code int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
@@ -343,8 +367,12 @@ func (d *dashboard) serveUnlock(w http.ResponseWriter, r *http.Request) {
 		reply(http.StatusForbidden, "missing or wrong CSRF token: reload the page")
 		return
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
-		reply(http.StatusForbidden, "cross-origin request refused")
+	if o := r.Header.Get("Origin"); o != "" && !d.f.hosts.allowsOrigin(o) {
+		reply(http.StatusForbidden, "cross-origin request refused: the Origin is not an allowed host")
+		return
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		reply(http.StatusForbidden, "cross-site request refused")
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {

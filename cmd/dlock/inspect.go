@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-dev/dlock"
+	disc "github.com/dlock-dev/dlock/internal/discover"
 )
 
 // lockState is what inspect reports about one lock name; its JSON form is
@@ -65,6 +67,7 @@ type waiter struct {
 func (a *app) inspectCommand() *cobra.Command {
 	var asJSON, all bool
 	var match string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] NAME... | inspect --all [--match PATTERN] [--json]",
 		Short: "Show who holds and who waits for locks",
@@ -89,7 +92,9 @@ host is "" and pid 0 when the owner is not in dlock's default form.
 With --all it lists every lock, election, semaphore and count-down latch
 dlock knows of in the Redis (every master of a Cluster), found with SCAN in
 pages (never KEYS): held ones and ones whose fencing counter is alive.
---match keeps the names matching a Redis glob pattern. Each entry says its
+--match keeps the names matching a Redis glob pattern (as SCAN MATCH reads
+it: * ? [abc] [^a-z] and \ escapes; at most 4096 bytes), matched without
+backtracking, so no pattern can stall it. Each entry says its
 type ("lock", "election", "semaphore", "latch"), its holders with their
 TTLs, and its waiters: an election's leader value and waiting candidates, a
 semaphore's size, permits taken and free, each holder's permit with how
@@ -100,8 +105,12 @@ is not found). With --json each object also has "type", "leader",
 "permits" (the size), "taken", "free" and "count" (a latch's), and a
 semaphore holder has "ttl_ms".
 
-Exit codes: 0 done, 1 a NAME is not a lock (another Redis type) or another
-failure, 2 bad arguments, 69 Redis unreachable.`,
+--timeout bounds the reading after the first PING (the whole SCAN with
+--all): past it inspect gives up with exit code 1.
+
+Exit codes: 0 done, 1 a NAME is not a lock (another Redis type), no answer
+within --timeout, or another failure, 2 bad arguments, 69 Redis
+unreachable.`,
 		Example: `  dlock inspect coupon:issue:42
   dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'
   dlock inspect --all --match 'report:*'`,
@@ -118,8 +127,14 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 			return cobra.MinimumNArgs(1)(cmd, args)
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case timeout <= 0:
+				return usagef("--timeout must be positive, got %v", timeout)
+			case len(match) > disc.MaxPatternLen:
+				return usagef("--match is %d bytes, the limit is %d", len(match), disc.MaxPatternLen)
+			}
 			if all {
-				return a.inspectAll(cmd.Context(), match, asJSON)
+				return a.inspectAll(cmd.Context(), match, asJSON, timeout)
 			}
 			for _, n := range args {
 				if err := checkName("NAME", n); err != nil {
@@ -136,11 +151,13 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 				return err
 			}
 			defer locks.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
 			states := make([]lockState, 0, len(args))
 			for _, n := range args {
-				st, err := inspect(cmd.Context(), locks, n)
+				st, err := inspect(ctx, locks, n)
 				if err != nil {
-					return err
+					return timedOut(err, timeout)
 				}
 				states = append(states, st)
 			}
@@ -158,7 +175,19 @@ failure, 2 bad arguments, 69 Redis unreachable.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	cmd.Flags().BoolVar(&all, "all", false, "list every lock, election, semaphore and latch (SCAN)")
 	cmd.Flags().StringVar(&match, "match", "", "with --all: only names matching this Redis glob pattern")
+	cmd.Flags().DurationVar(&timeout, "timeout", inspectTimeout, "bound on the reading after the first PING (the whole scan with --all)")
 	return cmd
+}
+
+// inspectTimeout is inspect's default --timeout.
+const inspectTimeout = time.Minute
+
+// timedOut words an error of a reading that ran out of --timeout.
+func timedOut(err error, timeout time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return exitf(exitFailure, "no answer from Redis within %v (raise --timeout)", timeout)
+	}
+	return err
 }
 
 // inspect reads one lock in a single MULTI/EXEC, so the parts agree.

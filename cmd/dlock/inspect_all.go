@@ -44,8 +44,8 @@ func listed(info dlock.LockInfo) listedState {
 	return st
 }
 
-// inspectAll lists everything Client.Locks finds.
-func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
+// inspectAll lists everything Client.Locks finds within timeout.
+func (a *app) inspectAll(ctx context.Context, match string, asJSON bool, timeout time.Duration) error {
 	rdb, _, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -56,9 +56,11 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
 		return err
 	}
 	defer locks.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	infos, err := locks.Locks(ctx, match)
 	if err != nil {
-		return err
+		return timedOut(err, timeout)
 	}
 	out := make([]listedState, 0, len(infos))
 	for _, info := range infos {

@@ -109,3 +109,41 @@ func TestInspectAll(t *testing.T) {
 	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--match", "x", "all:mutex")
 	wantCode(t, res, exitUsage)
 }
+
+// inspect --all --match with the review's pattern (eight stars before a
+// 'b' that never comes) against a 300-byte lock name ends, and says nothing
+// matched; with the 'b' dropped it lists the lock. The run's 60 s bound is
+// a liveness bound (the listing takes milliseconds): the old backtracking
+// matcher never ended. A pattern over the limit is refused before any
+// network call (the Redis here is unreachable), and --timeout bounds the
+// listing.
+func TestInspectAllPathologicalMatch(t *testing.T) {
+	r := testenv.StartRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	name := strings.Repeat("a", 300)
+	m := c.Mutex(name)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(ctx)
+	res := dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--match", "*a*a*a*a*a*a*a*a*b")
+	wantCode(t, res, 0)
+	if res.stdout != "no locks, elections, semaphores or latches found\n" {
+		t.Fatalf("no match: %q", res.stdout)
+	}
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--match", "*a*a*a*a*a*a*a*a*")
+	wantCode(t, res, 0)
+	if !strings.HasPrefix(res.stdout, "lock "+shortName(name)+": locked") {
+		t.Fatalf("match: %q", res.stdout)
+	}
+	res = dlockRun(t, nil, "--redis", "redis://127.0.0.1:1", "inspect", "--all", "--match", strings.Repeat("*", 4097))
+	wantCode(t, res, exitUsage)
+	usageErr(t, res, "--match is 4097 bytes, the limit is 4096")
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--timeout", "1ns")
+	wantCode(t, res, exitFailure)
+	oneLineErr(t, res, "no answer from Redis within 1ns (raise --timeout)")
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--timeout", "0s")
+	wantCode(t, res, exitUsage)
+	usageErr(t, res, "--timeout must be positive")
+}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -48,13 +50,14 @@ type rates struct {
 // counters into rates. Not safe for concurrent use (the dashboard calls it
 // under its refresh lock).
 type scraper struct {
-	url  string
-	hc   *http.Client
-	prev *promSample
+	url   string // with its credentials: only for requests
+	shown string // redactURL(url): for everything shown
+	hc    *http.Client
+	prev  *promSample
 }
 
 func newScraper(url string) *scraper {
-	return &scraper{url: url, hc: &http.Client{Timeout: 3 * time.Second}}
+	return &scraper{url: url, shown: redactURL(url), hc: &http.Client{Timeout: 3 * time.Second}}
 }
 
 // metricName reports which dlockprom metric name is (with or without a
@@ -77,17 +80,22 @@ func (s *scraper) scrape(ctx context.Context) (*promSample, error) {
 	}
 	req.Header.Set("Accept", "text/plain; version=0.0.4")
 	resp, err := s.hc.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// url.Error quotes the URL: name it redacted instead.
+		return nil, fmt.Errorf("GET %s: %w", s.shown, ue.Err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", s.url, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", s.shown, resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("%s is not Prometheus text format: %v", s.url, err)
+		return nil, fmt.Errorf("%s is not Prometheus text format: %v", s.shown, err)
 	}
 	smp := &promSample{at: time.Now(), acquired: map[string]float64{}}
 	found := false
@@ -116,7 +124,7 @@ func (s *scraper) scrape(ctx context.Context) (*promSample, error) {
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("%s has no dlock_* metrics (is dlockprom registered there?)", s.url)
+		return nil, fmt.Errorf("%s has no dlock_* metrics (is dlockprom registered there?)", s.shown)
 	}
 	return smp, nil
 }
@@ -132,7 +140,7 @@ func label(m *dto.Metric, name string) string {
 
 // rates scrapes once and returns the rates since the previous scrape.
 func (s *scraper) rates(ctx context.Context) *rates {
-	r := &rates{URL: s.url, GrantsPerSecByKind: map[string]float64{}}
+	r := &rates{URL: s.shown, GrantsPerSecByKind: map[string]float64{}}
 	cur, err := s.scrape(ctx)
 	if err != nil {
 		r.Error = oneLine(err.Error())

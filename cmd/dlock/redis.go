@@ -81,21 +81,21 @@ func normalizeURL(raw string) string {
 func parseTarget(raw string) (*target, error) {
 	u := normalizeURL(raw)
 	bad := func(err error) error {
-		return usagef("bad Redis URL %s: %s (want redis://host:port[/db], see dlock --help)", redact(u), strings.TrimPrefix(err.Error(), "redis: "))
+		return usagef("bad Redis URL %s: %s (want redis://host:port[/db], see dlock --help)", redactURL(u), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if raw == "" {
 		return nil, usagef("--redis is empty (want redis://host:port[/db], see dlock --help)")
 	}
 	parsed, err := url.Parse(u)
 	if err != nil {
-		return nil, usagef("bad Redis URL %s: not a URL (want redis://host:port[/db], see dlock --help)", redact(u))
+		return nil, usagef("bad Redis URL %s: not a URL (want redis://host:port[/db], see dlock --help)", redactURL(u))
 	}
 	q := parsed.Query()
 	t := &target{}
 	switch {
 	case q.Has("master_name"):
 		if q.Get("master_name") == "" {
-			return nil, usagef("bad Redis URL %s: master_name is empty", redact(u))
+			return nil, usagef("bad Redis URL %s: master_name is empty", redactURL(u))
 		}
 		o, err := redis.ParseFailoverURL(u)
 		if err != nil {

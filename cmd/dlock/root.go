@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -229,6 +228,8 @@ Exit codes (each command's --help lists its own):
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.PersistentFlags().StringVar(&a.redisURL, "redis", def, "Redis URL: redis://host:port[/db], ?master_name= for Sentinel, ?addr= for Cluster seeds (env "+envRedisURL+")")
+	// The help shows the default: $DLOCK_REDIS_URL's, password hidden.
+	root.PersistentFlags().Lookup("redis").DefValue = redactURL(normalizeURL(def))
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log the library's warnings and debug messages to stderr")
 	nsDef, _ := a.lookupEnv(envNamespace)
 	root.PersistentFlags().StringVar(&a.namespace, "namespace", nsDef, "the namespace of the locks (dlock.WithNamespace: every key and channel begins with NS:); names are given without it (env "+envNamespace+")")
@@ -256,15 +257,6 @@ func (a *app) redisFlagSet(cmd *cobra.Command) bool {
 	}
 	v, ok := a.lookupEnv(envRedisURL)
 	return ok && v != ""
-}
-
-// redact hides a password in a URL for messages.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // target parses --redis.

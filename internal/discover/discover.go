@@ -55,7 +55,9 @@ func LooksLikeLock(fields []string) bool {
 // Options say what to look for.
 type Options struct {
 	// Match, when not "", keeps only names matching this Redis glob
-	// pattern (*, ?, [...], \x).
+	// pattern (see Pattern; at most MaxPatternLen bytes). A name longer
+	// than keys.MaxNameLen, which no dlock handle takes, matches no
+	// pattern.
 	Match string
 	// Limit stops the scans once this many names were found (0: no limit).
 	Limit int
@@ -66,6 +68,11 @@ type Options struct {
 	// Space is the namespace searched: only its keys are scanned, and names
 	// are reported without it.
 	Space keys.Space
+	// Abandon, when not nil, is the caller's context for a Run that runs
+	// on a context of its own (as under wire.Go, which outlives the
+	// caller): once Abandon ends, Run stops before its next SCAN and
+	// returns Abandon's cause, instead of scanning on for nobody.
+	Abandon context.Context
 }
 
 // Cost counts the Redis commands of one discovery.
@@ -101,10 +108,28 @@ func Masters(ctx context.Context, rdb redis.UniversalClient, fn func(context.Con
 	return errors.New("discover: unsupported Redis client")
 }
 
-// Run scans every master of rdb.
+// Run scans every master of rdb. It stops when ctx or o.Abandon ends,
+// between SCAN calls. A Match over MaxPatternLen is an error before any
+// call.
 func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, error) {
 	r := &run{o: o, f: Found{Held: map[string]bool{}, Locks: map[string]bool{}, Elections: map[string]bool{},
 		Semaphores: map[string]bool{}, Latches: map[string]bool{}}}
+	if o.Match != "" {
+		g, err := Compile(o.Match)
+		if err != nil {
+			return r.f, err
+		}
+		r.match = g
+	}
+	if o.Abandon != nil {
+		if o.Abandon.Err() != nil {
+			return r.f, context.Cause(o.Abandon)
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(o.Abandon, func() { cancel(context.Cause(o.Abandon)) })()
+	}
 	err := Masters(ctx, rdb, func(ctx context.Context, node *redis.Client) error {
 		if err := scan(ctx, node, globPrefix(o.Space.Prefix()), "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
 			return err
@@ -128,14 +153,17 @@ func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, erro
 
 // run is one Run: what it found so far, shared by the masters' scans.
 type run struct {
-	o  Options
-	mu sync.Mutex
-	f  Found
+	o     Options
+	match *Pattern // o.Match compiled; nil for every name
+	mu    sync.Mutex
+	f     Found
 }
 
 func (r *run) full() bool { return r.o.Limit > 0 && r.f.size() >= r.o.Limit }
 
-func (r *run) want(name string) bool { return r.o.Match == "" || Glob(r.o.Match, name) }
+func (r *run) want(name string) bool {
+	return r.match == nil || (len(name) <= keys.MaxNameLen && r.match.Match(name))
+}
 
 // addLock files a lock name (its key without the namespace): an election's
 // lock under its election name. The caller holds r.mu.
@@ -220,8 +248,14 @@ func (r *run) named(prefix string, into map[string]bool) func([]string) (bool, e
 func scan(ctx context.Context, node *redis.Client, match, typ string, page func([]string) (bool, error)) error {
 	var cursor uint64
 	for {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		ks, next, err := node.ScanType(ctx, cursor, match, ScanCount, typ).Result()
 		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // why the call was cut short
+			}
 			return err
 		}
 		stop, err := page(ks)
@@ -230,79 +264,6 @@ func scan(ctx context.Context, node *redis.Client, match, typ string, page func(
 		}
 		cursor = next
 	}
-}
-
-// Glob reports whether name matches the Redis glob pattern (as SCAN MATCH
-// and KEYS read it: *, ?, [abc], [^a-z], \x).
-func Glob(pattern, name string) bool {
-	for len(pattern) > 0 {
-		switch pattern[0] {
-		case '*':
-			for len(pattern) > 0 && pattern[0] == '*' {
-				pattern = pattern[1:]
-			}
-			if pattern == "" {
-				return true
-			}
-			for i := 0; i <= len(name); i++ {
-				if Glob(pattern, name[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if name == "" {
-				return false
-			}
-			pattern, name = pattern[1:], name[1:]
-		case '[':
-			rest, ok := matchSet(pattern, name)
-			if !ok {
-				return false
-			}
-			pattern, name = rest, name[1:]
-		case '\\':
-			if len(pattern) > 1 {
-				pattern = pattern[1:]
-			}
-			fallthrough
-		default:
-			if name == "" || pattern[0] != name[0] {
-				return false
-			}
-			pattern, name = pattern[1:], name[1:]
-		}
-	}
-	return name == ""
-}
-
-// matchSet matches name's first byte against the set that opens pattern
-// ("[abc]", "[^a-z]"); it returns the pattern after the set.
-func matchSet(pattern, name string) (string, bool) {
-	if name == "" {
-		return "", false
-	}
-	end := strings.IndexByte(pattern[1:], ']')
-	if end < 0 {
-		return "", false
-	}
-	set := pattern[1 : 1+end]
-	neg := strings.HasPrefix(set, "^")
-	if neg {
-		set = set[1:]
-	}
-	hit := false
-	for i := 0; i < len(set); i++ {
-		if i+2 < len(set) && set[i+1] == '-' {
-			if set[i] <= name[0] && name[0] <= set[i+2] {
-				hit = true
-			}
-			i += 2
-		} else if set[i] == name[0] {
-			hit = true
-		}
-	}
-	return pattern[2+end:], hit != neg
 }
 
 // globPrefix is the SCAN MATCH pattern of the keys that begin with prefix

@@ -132,14 +132,19 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", lease.ErrInvalidArgument)
 	}
+	if len(match) > discover.MaxPatternLen {
+		return nil, fmt.Errorf("%w: match pattern of %d bytes, the limit is %d", lease.ErrInvalidArgument, len(match), discover.MaxPatternLen)
+	}
 	if e.Closed() {
 		return nil, lease.ErrClosed
 	}
 	if match == "*" {
 		match = ""
 	}
+	caller := ctx
 	f, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
-		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Latches: true, Space: e.Cfg.Space})
+		// wire.Go's ctx outlives the caller's: the scan stops with the caller.
+		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Latches: true, Space: e.Cfg.Space, Abandon: caller})
 	}, nil)
 	if err != nil {
 		return nil, err
