@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // This file changes a running Cluster's layout for fault tests: a replica
@@ -193,6 +194,27 @@ func knowsReplica(nodes, addr, masterID string) bool {
 // TRYAGAIN during the move and MOVED after it. Safe for concurrent use, but
 // not with another change of the same slot.
 func (c *Cluster) MigrateSlot(ctx context.Context, slot int, from, to *Redis) error {
+	order := []*Redis{to, from}
+	for _, n := range c.nodes {
+		if n != from && n != to {
+			order = append(order, n)
+		}
+	}
+	return c.migrate(ctx, slot, from, to, order, 0)
+}
+
+// MigrateSlotNodeOrder is MigrateSlot with the last step, SETSLOT NODE,
+// sent to the nodes in the cluster's order rather than target first, gap
+// apart: when the source comes first, for gap it sends clients to the
+// target while the target, still importing, sends them back (MOVED both
+// ways), as a reshard tool that does not order its calls does.
+func (c *Cluster) MigrateSlotNodeOrder(ctx context.Context, slot int, from, to *Redis, gap time.Duration) error {
+	return c.migrate(ctx, slot, from, to, c.nodes, gap)
+}
+
+// migrate moves slot from one master to another, ending with SETSLOT NODE
+// on the masters in order, gap apart.
+func (c *Cluster) migrate(ctx context.Context, slot int, from, to *Redis, order []*Redis, gap time.Duration) error {
 	fromID, err := NodeID(ctx, from)
 	if err != nil {
 		return err
@@ -227,16 +249,9 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot int, from, to *Redis) er
 			return fmt.Errorf("testenv: MIGRATE: %w", err)
 		}
 	}
-	// The target first, then the source, then the others (as redis-cli).
-	if _, err := rawDo(ctx, to.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
-		return fmt.Errorf("testenv: SETSLOT NODE on the target: %w", err)
-	}
-	if _, err := rawDo(ctx, from.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
-		return fmt.Errorf("testenv: SETSLOT NODE on the source: %w", err)
-	}
-	for _, n := range c.nodes {
-		if n == from || n == to {
-			continue
+	for i, n := range order {
+		if i > 0 && gap > 0 {
+			time.Sleep(gap)
 		}
 		if _, err := rawDo(ctx, n.Addr(), "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
 			return fmt.Errorf("testenv: SETSLOT NODE on %s: %w", n.Addr(), err)

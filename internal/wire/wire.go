@@ -20,6 +20,7 @@ package wire
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,12 +378,26 @@ func (b *batcher) exec(batch []*Call) {
 			failUnanswered(batch, err)
 		}
 	}
+	var redirected []*Call
 	for _, cl := range batch {
 		if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 			cl.Script.evalInstead(ctx, b.w.rdb, cl.Cmd)
 		}
 		requireReply(cl.Cmd)
+		if isRedirect(cl.Cmd.Err()) {
+			redirected = append(redirected, cl)
+		}
 	}
+	if len(redirected) > 0 {
+		batch = slices.DeleteFunc(batch, func(cl *Call) bool { return isRedirect(cl.Cmd.Err()) })
+		go b.resend(redirected)
+	}
+	b.finish(batch)
+}
+
+// finish hands each call of batch, its reply in, to its caller, or runs its
+// Undo when the caller left.
+func (b *batcher) finish(batch []*Call) {
 	done := 0
 	for _, cl := range batch {
 		if deliver(cl) || cl.Undo == nil {
