@@ -25,8 +25,11 @@ import (
 //
 //   - Readers share the lock; a writer excludes readers and other writers.
 //   - Downgrade: a read lock call whose ctx carries the write hold takes the
-//     read side as the same owner; after its final write Unlock it keeps the
-//     read holds and other readers may join.
+//     read side beside it, as a read hold of its own (its own owner field,
+//     token, count and deadline: two downgrades under one write hold are two
+//     read holds, and neither's release or expiry ends the other's share);
+//     after the final write Unlock the read holds go on and other readers
+//     may join.
 //   - Upgrade: a write lock call whose ctx carries only a read hold of the
 //     name returns ErrUpgrade at once, without a network call. It never
 //     waits: two readers upgrading would wait for each other forever.

@@ -1,0 +1,126 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Tests of issue 28: where a hold's identity, count or deadline could
+// diverge between the process and Redis. Each failed on cf1ff77.
+
+// waitDone waits for ctx to end, failing the test after within.
+func waitDone(t *testing.T, ctx context.Context, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(within):
+		t.Fatalf("%s did not end within %v", what, within)
+	}
+}
+
+// waitGone waits until the key name no longer exists in Redis.
+func waitGone(t *testing.T, c *Client, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		info, err := c.Inspect(ctxT(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Locked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still locked after %v: %+v", name, within, info)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Two downgrades under one write hold are two read holds: each has its own
+// token and field, and releasing one (or the write hold) leaves the other
+// excluding writers.
+func TestDowngradesAreDistinctHolds(t *testing.T) {
+	c, other := newClient(t, shared), newClient(t, shared)
+	ctx := ctxT(t)
+	const name = "own28:downgrades"
+	rw := c.RWMutex(name)
+	wctx, err := rw.WriteContext(ctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := rw.ReadContext(wctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.ReadContext(wctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if TokenFrom(r1) == TokenFrom(r2) {
+		t.Errorf("two downgrades got one token %d", TokenFrom(r1))
+	}
+	if err := rw.RUnlock(r2); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Unlock(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if r1.Err() != nil {
+		t.Fatalf("the remaining downgrade ended: %v", context.Cause(r1))
+	}
+	ok, err := other.RWMutex(name).TryLock(ctx, 0, 0)
+	if ok || err != nil {
+		t.Fatalf("a writer of another Client got in beside a live read hold: %v, %v", ok, err)
+	}
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode != "read" || len(info.Holders) != 1 {
+		t.Fatalf("after one downgrade's release and the write release: %+v", info)
+	}
+	if err := rw.RUnlock(r1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A short-lease downgrade does not end a sibling downgrade's share.
+func TestShortDowngradeLeavesSiblingShare(t *testing.T) {
+	c, other := newClient(t, shared), newClient(t, shared)
+	ctx := ctxT(t)
+	const name = "own28:shortdowngrade"
+	rw := c.RWMutex(name)
+	wctx, err := rw.WriteContext(ctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := rw.ReadContext(wctx, time.Second, 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := rw.ReadContext(wctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Unlock(wctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, short, 5*time.Second, "the short downgrade")
+	time.Sleep(50 * time.Millisecond) // past its deadline in Redis too
+	if long.Err() != nil {
+		t.Fatalf("the watchdog downgrade ended with its sibling: %v", context.Cause(long))
+	}
+	ok, err := other.RWMutex(name).TryLock(ctx, 0, 0)
+	if ok || err != nil {
+		t.Fatalf("a writer got in beside a live read hold: %v, %v", ok, err)
+	}
+	if err := rw.RUnlock(short); !errors.Is(err, ErrLockLost) {
+		t.Errorf("RUnlock of the ended short downgrade: %v, want ErrLockLost", err)
+	}
+	if err := rw.RUnlock(long); err != nil {
+		t.Fatal(err)
+	}
+}
