@@ -124,3 +124,45 @@ func TestShortDowngradeLeavesSiblingShare(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Goroutine A re-enters a short lease and loses it; B then takes the same
+// handle. A's balanced Unlocks with its hold's context report the loss and
+// never touch B's hold.
+func TestBalancedUnlocksAfterLossSpareTheNextHold(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	const name = "own28:balanced"
+	m := c.Mutex(name)
+	hctx, err := m.TryLockContext(ctx, 0, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.TryLock(hctx, 0, 100*time.Millisecond); !ok || err != nil {
+		t.Fatalf("re-entry: %v, %v", ok, err)
+	}
+	waitDone(t, hctx, 5*time.Second, "the 100ms lease")
+	waitGone(t, c, name, 5*time.Second)
+	if err := m.Unlock(hctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("first Unlock of the lost hold: %v, want ErrLockLost", err)
+	}
+	bctx, err := m.LockContext(ctx) // B, on the same handle
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(hctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("second Unlock of the lost hold: %v, want ErrLockLost", err)
+	}
+	if bctx.Err() != nil {
+		t.Fatalf("A's Unlock ended B's hold: %v", context.Cause(bctx))
+	}
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Locked || len(info.Holders) != 1 || info.Token != TokenFrom(bctx) {
+		t.Fatalf("B's hold is not the one in Redis: %+v", info)
+	}
+	if err := m.Unlock(bctx); err != nil {
+		t.Fatal(err)
+	}
+}
