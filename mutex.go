@@ -78,7 +78,7 @@ func (m *Mutex) Owner() string { return m.hd.Owner() }
 // A re-entry never waits and keeps the hold's mode.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := m.hd.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // Lock acquires the lock in watchdog mode, waiting as long as it takes or

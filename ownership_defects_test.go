@@ -166,3 +166,57 @@ func TestBalancedUnlocksAfterLossSpareTheNextHold(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TryLock and TryRLock never answer (true, err): a failed re-entry is not a
+// hold.
+func TestFailedReentryIsNotAHold(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	m := c.Mutex("own28:tryreenter")
+	hctx, err := m.TryLockContext(ctx, 0, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, hctx, 5*time.Second, "the 50ms lease")
+	ok, err := m.TryLock(context.WithoutCancel(hctx), 0, 0)
+	if ok || err == nil {
+		t.Errorf("Mutex.TryLock re-entering a lost hold: (%v, %v), want (false, a loss)", ok, err)
+	}
+	if err := m.Unlock(hctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock: %v", err)
+	}
+
+	// The hold is gone in Redis while the process still thinks it holds it.
+	m2 := c.Mutex("own28:tryreenter2")
+	hctx2 := lockCtx(t, m2)
+	if _, err := newClient(t, shared).Mutex(m2.Name()).ForceUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ok, err = m2.TryLock(context.WithoutCancel(hctx2), 0, 0)
+	if ok || err == nil {
+		t.Errorf("Mutex.TryLock re-entering a forced hold: (%v, %v), want (false, a loss)", ok, err)
+	}
+	_ = m2.Unlock(hctx2)
+
+	rw := c.RWMutex("own28:tryreenter-rw")
+	rctx, err := rw.ReadContext(ctx, 0, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, rctx, 5*time.Second, "the 50ms read lease")
+	ok, err = rw.TryRLock(context.WithoutCancel(rctx), 0, 0)
+	if ok || err == nil {
+		t.Errorf("TryRLock re-entering a lost hold: (%v, %v), want (false, a loss)", ok, err)
+	}
+	_ = rw.RUnlock(rctx)
+	wctx, err := rw.WriteContext(ctx, 0, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, wctx, 5*time.Second, "the 50ms write lease")
+	ok, err = rw.TryLock(context.WithoutCancel(wctx), 0, 0)
+	if ok || err == nil {
+		t.Errorf("RWMutex.TryLock re-entering a lost hold: (%v, %v), want (false, a loss)", ok, err)
+	}
+	_ = rw.Unlock(wctx)
+}

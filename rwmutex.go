@@ -105,7 +105,7 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 // Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.w.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // WriteContext is TryLock returning the write hold's context; see
@@ -140,7 +140,7 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 // mean what they mean for Mutex.TryLock.
 func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.r.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // ReadContext is TryRLock returning the read hold's context; see

@@ -24,8 +24,9 @@ type Request struct {
 
 // Acquire is every acquisition through a handle: a re-entry when ctx
 // carries a lease of the name by this engine, else a new lease through the
-// handle's gate. It returns the lease, or nil and a nil error when the wait
-// ran out. Safe for concurrent use.
+// handle's gate. It returns the lease and a nil error, nil and a nil error
+// when the wait ran out, or nil and an error: never a lease with an error.
+// Safe for concurrent use.
 func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error) {
 	if err := hd.Check(ctx, req.Lease); err != nil {
 		return nil, err
@@ -45,7 +46,10 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	again, under, err := hd.inherited(ctx)
 	if err != nil || again != nil {
 		a.reentry = again != nil
-		return again, orReentered(err, again, ctx, req.Lease)
+		if err = orReentered(err, again, ctx, req.Lease); err != nil {
+			return nil, err // a re-entry that failed is no hold
+		}
+		return again, nil
 	}
 	// The wait bounds the whole call, network time included.
 	waitCtx := ctx
