@@ -82,9 +82,6 @@ type Lease struct {
 	onEnd            []func(error)
 }
 
-// errReleased is the cause of a lease's context after its final release.
-var errReleased = errors.New("dlock: lock released")
-
 // isRedisError reports whether err is an error reply from Redis (READONLY,
 // OOM, NOPERM, ...) rather than a network failure.
 func isRedisError(err error) bool {
