@@ -64,7 +64,10 @@ import (
 // keys together, so one live reader keeps a crashed reader's share alive.
 // dlock instead keeps one deadline per reader, by the server's clock, in the
 // sorted set dlock:readers:{name}, renews only its own reader's deadline, and
-// drops expired readers from the hash on every script call. Waiting writers
+// drops expired readers from the hash on every script call. A writer that
+// downgraded keeps its own deadline there too ("<owner>:write"), so that
+// its write hold ends in Redis when its holder is told, however long its
+// read holds last. A re-entry of either side never moves a hold's end. Waiting writers
 // are kept in the sorted set dlock:wwait:{name} (Redisson has no such
 // promise). dlock:fence:{name} holds the last fencing token and
 // dlock:forced:{name} the owners ForceUnlock evicted, as for Mutex. A Redisson writer and dlock readers exclude each other through the
