@@ -45,6 +45,11 @@ var (
 	// network error seen, if any.
 	ErrUnavailable = lease.ErrUnavailable
 
+	// ErrReleased is the cause of a hold's context after the hold's final
+	// Unlock (context.Cause): a lock call with that context returns an
+	// error matching both it and context.Canceled.
+	ErrReleased = lease.ErrReleased
+
 	// ErrNotLock is returned by Inspect for a key that exists but is not a
 	// lock (a string, a list, ...).
 	ErrNotLock = lease.ErrNotLock

@@ -70,15 +70,28 @@ func (m *Mutex) Owner() string { return m.hd.Owner() }
 // the watchdog timeout, renewed every third of it until Unlock.
 //
 // It returns (true, nil) once held (or re-entered, when ctx carries the
-// hold), (false, nil) when the wait ran out, and an error for a failure:
-// ErrInvalidArgument, ErrClosed, ErrUnavailable when Redis did not answer
-// within the wait, a Redis error, or ctx's cause (errors.Is(err,
-// context.Canceled) holds when ctx was cancelled). The wait bounds the whole
+// hold), (false, nil) when the wait ran out, and (false, err) for a
+// failure, never (true, err): ErrInvalidArgument, ErrClosed, ErrUnavailable
+// when Redis did not answer within the wait, a Redis error, an error
+// wrapping ErrLockLost, or, once ctx is done, an error that matches both
+// ctx.Err() and ctx's cause (errors.Is(err, context.Canceled) holds when
+// ctx was cancelled, and errors.Is(err, cause) for a WithCancelCause cause,
+// a hold's loss or ErrReleased). The wait's own end is never reported as
+// context.DeadlineExceeded while ctx is live. The wait bounds the whole
 // call, network time included, and TryLock returns as soon as ctx is done.
-// A re-entry never waits and keeps the hold's mode.
+//
+// ErrLockLost comes from a re-entry of a hold that was lost, and from a new
+// grant whose reply took more than a third of its TTL to arrive: such a
+// grant is confirmed by one renewal before it is used, and when that finds
+// the lock no longer ours (it expired meanwhile) the grant is given up and
+// nobody relied on it.
+//
+// A re-entry never waits, keeps the hold's mode and never moves its end: a
+// re-entry's lease is ignored, and the hold ends in Redis when its holder
+// is told (its own lease, or the watchdog's renewals stopping).
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := m.hd.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // Lock acquires the lock in watchdog mode, waiting as long as it takes or
@@ -114,7 +127,13 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 		return nil, fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, hd.Name(), req.Wait)
 	}
 	if lease.From(ctx, hd.Engine(), hd.Name()) == h {
-		return ctx, nil // a re-entry: ctx carries the hold already
+		// A re-entry: ctx carries the hold already, and ends with it. Its
+		// innermost grant may be another lock's, taken under this one: the
+		// context returned carries this lock's (TokenFrom fences with it).
+		if g, ok := lease.GrantFrom(ctx); !ok || g.Name != h.Name() || g.Token != h.Token() {
+			ctx = lease.ContextWithGrant(ctx, h.Grant())
+		}
+		return ctx, nil
 	}
 	parent := ctx
 	if h.Outer() != nil {
@@ -126,16 +145,25 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 	return hctx, nil
 }
 
-// Unlock releases one hold count: of the hold ctx carries, or else of the
-// handle's current hold. The lock is free (or handed to the next waiter)
-// when the count reaches zero. The release is sent even when ctx is already
-// done (detached, bounded by the cleanup timeout): Unlock then returns at
-// once with an error wrapping ctx's cause while the release goes on.
+// Unlock releases one hold count: of the hold ctx carries, or else, when
+// ctx carries no hold of the name, of the handle's current hold. A ctx whose
+// hold has ended never stands for another hold: Unlock then answers the
+// loss or ErrNotHeld and releases nothing else. The lock is free (or handed
+// to the next waiter) when the count reaches zero.
+//
+// The release is sent even when ctx is already done, as is the hold's own
+// context once the hold was lost: it goes on in the background, bounded by
+// the cleanup timeout, and Unlock returns at once with an error that says
+// so and matches ctx.Err() and ctx's cause with errors.Is (for a lost
+// hold's context, ErrLockLost too). Unlock with a context that
+// carries the hold but not its cancellation (context.WithoutCancel) waits
+// for the release's own answer.
 //
 // It returns ErrNotHeld when there is no hold to release, and an error
-// wrapping ErrLockLost when the hold had been lost (the protected work may
-// have overlapped another holder's). On any error from the final release the
-// handle holds nothing afterwards: the lock expires by its TTL at the latest.
+// wrapping ErrLockLost, at every count, when the hold had been lost (the
+// protected work may have overlapped another holder's). On any error from
+// the final release the handle holds nothing afterwards: the lock expires by
+// its TTL at the latest.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.hd.Unlock(ctx) }
 
 // Extend gives the hold ctx carries (or else the handle's current hold,

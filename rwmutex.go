@@ -25,8 +25,11 @@ import (
 //
 //   - Readers share the lock; a writer excludes readers and other writers.
 //   - Downgrade: a read lock call whose ctx carries the write hold takes the
-//     read side as the same owner; after its final write Unlock it keeps the
-//     read holds and other readers may join.
+//     read side beside it, as a read hold of its own (its own owner field,
+//     token, count and deadline: two downgrades under one write hold are two
+//     read holds, and neither's release or expiry ends the other's share);
+//     after the final write Unlock the read holds go on and other readers
+//     may join.
 //   - Upgrade: a write lock call whose ctx carries only a read hold of the
 //     name returns ErrUpgrade at once, without a network call. It never
 //     waits: two readers upgrading would wait for each other forever.
@@ -61,7 +64,10 @@ import (
 // keys together, so one live reader keeps a crashed reader's share alive.
 // dlock instead keeps one deadline per reader, by the server's clock, in the
 // sorted set dlock:readers:{name}, renews only its own reader's deadline, and
-// drops expired readers from the hash on every script call. Waiting writers
+// drops expired readers from the hash on every script call. A writer that
+// downgraded keeps its own deadline there too ("<owner>:write"), so that
+// its write hold ends in Redis when its holder is told, however long its
+// read holds last. A re-entry of either side never moves a hold's end. Waiting writers
 // are kept in the sorted set dlock:wwait:{name} (Redisson has no such
 // promise). dlock:fence:{name} holds the last fencing token and
 // dlock:forced:{name} the owners ForceUnlock evicted, as for Mutex. A Redisson writer and dlock readers exclude each other through the
@@ -102,7 +108,7 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 // Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.w.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // WriteContext is TryLock returning the write hold's context; see
@@ -137,7 +143,7 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 // mean what they mean for Mutex.TryLock.
 func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.r.Acquire(ctx, request(wait, lease))
-	return h != nil, err
+	return h != nil && err == nil, err
 }
 
 // ReadContext is TryRLock returning the read hold's context; see

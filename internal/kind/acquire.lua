@@ -1,7 +1,8 @@
 -- acquire: take, re-enter or wait for a reentrant lock.
 -- KEYS[1] the lock hash, KEYS[2] the fencing counter, KEYS[3] the queue
 -- ARGV[1] owner field
--- ARGV[2] ttl in ms for a new hold (the lease, or the watchdog timeout)
+-- ARGV[2] ttl in ms for a new hold (the lease, or the watchdog timeout);
+--         a re-entry leaves the TTL as it is
 -- ARGV[3] the hold count the caller believes it has (0: it holds nothing)
 -- ARGV[4] fencing counter ttl in ms
 -- Sent only by a caller that queues or takes a fair lock (an uncontended
@@ -101,11 +102,10 @@ local expected = tonumber(ARGV[3])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected then
-    cnt = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-      redis.call('pexpire', KEYS[1], ARGV[2])
-    end
-    return cnt
+    -- A re-entry counts and never moves the hold's end: its holder was told
+    -- when the hold ends (its lease, or the watchdog's renewals), and Redis
+    -- must end it then, whatever lease the re-entry asked for.
+    return redis.call('hincrby', KEYS[1], ARGV[1], 1)
   end
   return cnt
 end

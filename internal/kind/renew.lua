@@ -5,7 +5,9 @@
 -- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] the hold's record of
 -- long holds, or '' when it need not be written this time. Kinds:
 --   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
---   'w' a write hold: the TTL is extended, never shortened;
+--   'w' a write hold: the TTL is extended, never shortened; KEYS[5i-3] is
+--       the read-deadline set, where a writer that downgraded keeps its own
+--       deadline (moved to now+ttl, server clock);
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
 --       hash lives at least that long; other readers' deadlines are untouched;
 --   's' a semaphore permit: KEYS[4i-3] is the permits' sorted set and
@@ -57,7 +59,8 @@ for i = 1, n do
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
     else
-      if kind == 'r' then
+      if kind == 'r' or (kind == 'w' and z ~= k and redis.call('zscore', z, f)) then
+        -- A reader's deadline, or a downgraded writer's (rlock.lua).
         if not now then
           local t = redis.call('time')
           now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,7 +1,8 @@
 -- rlock: take or re-enter the read side of a read-write lock.
 -- ARGV[1] owner '<client id>:<owner id>' (the read field)
--- ARGV[2] write field '<owner>:write'
--- ARGV[3] ttl in ms for this hold
+-- ARGV[2] the write field a downgrade stands on (the writer's); for any
+--         other reader, a field no writer has
+-- ARGV[3] ttl in ms for a new hold (a re-entry leaves its deadline as it is)
 -- ARGV[4] the read hold count the caller believes it has
 -- ARGV[5] fencing counter ttl in ms
 -- Returns {1, count, token} when held (token 0 on re-entry), {0, pttl} when
@@ -13,9 +14,8 @@ local cnt = redis.call('hget', KEYS[1], ARGV[1])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
-    cnt = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    rw_track(ARGV[1], now, ARGV[3])
-    return {1, cnt, 0}
+    -- A re-entry counts and never moves the hold's deadline (acquire.lua).
+    return {1, redis.call('hincrby', KEYS[1], ARGV[1], 1), 0}
   end
   if expected == 0 then
     return {1, cnt, tonumber(redis.call('get', KEYS[2]) or '0')}
@@ -30,8 +30,19 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if ((free or mode == 'read') and redis.call('zcard', KEYS[4]) == 0)
    or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
   if free then redis.call('hset', KEYS[1], 'mode', 'read') end
+  if mode == 'write' then
+    -- A downgrade: the hash's TTL is about to cover the read hold too, so
+    -- the writer's own end (the TTL so far) goes into the deadline set,
+    -- where rw_purge ends the write hold on time however long the read
+    -- holds last. Its renewals and Extend move it (renew.lua).
+    local wttl = redis.call('pttl', KEYS[1])
+    if wttl > 0 and not redis.call('zscore', KEYS[3], ARGV[2]) then
+      redis.call('zadd', KEYS[3], now + wttl, ARGV[2])
+      if redis.call('pttl', KEYS[3]) < wttl then redis.call('pexpire', KEYS[3], wttl) end
+    end
+  end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   rw_track(ARGV[1], now, ARGV[3])
   return {1, 1, next_token(ARGV[5])}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {0, rw_wait(now)}

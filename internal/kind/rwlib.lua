@@ -5,7 +5,8 @@
 --           'mode' = 'read' | 'write', '<owner>' = read holds of that owner,
 --           '<owner>:write' = write holds of the writer.
 --   KEYS[2] the fencing counter          dlock:fence:{name}
---   KEYS[3] read-hold deadlines          dlock:readers:{name}  (zset: owner -> server ms)
+--   KEYS[3] read-hold deadlines          dlock:readers:{name}  (zset: owner -> server ms),
+--           and the writer's ('<owner>:write') once it downgraded
 --   KEYS[4] writers waiting              dlock:wwait:{name}    (zset: owner -> server ms)
 --   KEYS[5] owners ForceUnlock evicted   dlock:forced:{name}
 -- Deadlines are by the server's clock (TIME), never a client's.
@@ -21,7 +22,15 @@ end
 local function rw_purge(now)
   local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
   if #dead > 0 then
-    for _, f in ipairs(dead) do redis.call('hdel', KEYS[1], f) end
+    for _, f in ipairs(dead) do
+      -- A writer's deadline is here once it downgraded: when it passes, the
+      -- write hold ends and its read holds go on alone, as after its release.
+      -- (Only a field that was there: a deadline left by a hash that expired
+      -- must not touch a later holder's mode.)
+      if redis.call('hdel', KEYS[1], f) == 1 and string.sub(f, -6) == ':write' then
+        redis.call('hset', KEYS[1], 'mode', 'read')
+      end
+    end
     redis.call('zremrangebyscore', KEYS[3], '-inf', now)
     if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end
   end
@@ -49,6 +58,16 @@ local function rw_shrink(now)
   if redis.call('hlen', KEYS[1]) - 1 ~= redis.call('zcard', KEYS[3]) then return end
   local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
   if last[2] then redis.call('pexpire', KEYS[1], math.max(tonumber(last[2]) - now, 1)) end
+end
+
+-- rw_wait is how long a waiter may sleep before trying again: until the
+-- hash's TTL ends or the earliest deadline in the set (a reader's share, a
+-- downgraded writer's hold) passes, whichever comes first.
+local function rw_wait(now)
+  local ttl = redis.call('pttl', KEYS[1])
+  local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
+  if first[2] then ttl = math.min(ttl, math.max(tonumber(first[2]) - now, 1)) end
+  return ttl
 end
 
 local function rw_channel()

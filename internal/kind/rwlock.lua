@@ -1,7 +1,7 @@
 -- rwlock: take or re-enter the write side of a read-write lock.
 -- ARGV[1] owner '<client id>:<owner id>'
 -- ARGV[2] write field '<owner>:write'
--- ARGV[3] ttl in ms for a new hold
+-- ARGV[3] ttl in ms for a new hold (a re-entry leaves the TTL as it is)
 -- ARGV[4] the write hold count the caller believes it has
 -- ARGV[5] ms to stay registered as a waiting writer ('0': do not register)
 -- ARGV[6] fencing counter ttl in ms
@@ -15,9 +15,8 @@ local cnt = redis.call('hget', KEYS[1], ARGV[2])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
-    cnt = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    rw_extend(ARGV[3])
-    return {1, cnt, 0}
+    -- A re-entry counts and never moves the hold's end (acquire.lua).
+    return {1, redis.call('hincrby', KEYS[1], ARGV[2], 1), 0}
   end
   if expected == 0 then
     -- Our own earlier call, resent.
@@ -40,10 +39,4 @@ if ARGV[5] ~= '0' then
   redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[1])
   redis.call('pexpire', KEYS[4], ARGV[5])
 end
-local ttl = redis.call('pttl', KEYS[1])
-if mode == 'read' then
-  -- The earliest read deadline: a crashed reader's share ends then.
-  local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
-  if first[2] then ttl = math.min(ttl, math.max(tonumber(first[2]) - now, 1)) end
-end
-return {0, ttl}
+return {0, rw_wait(now)}

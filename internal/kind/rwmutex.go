@@ -175,7 +175,9 @@ func (w *Write) Channel() (string, bool) { return w.rw.ks.RWChannel, false }
 func (w *Write) Entry(uint64, time.Duration, *lease.Lease) string { return "w" }
 
 // Renewal implements lease.Protocol.
-func (w *Write) Renewal(l *lease.Lease) renew.Entry { return w.rw.renewal(l, 'w', "") }
+// The read-deadline set goes along: once the writer downgraded, its own
+// deadline is kept there (rlock.lua), and renewal moves it.
+func (w *Write) Renewal(l *lease.Lease) renew.Entry { return w.rw.renewal(l, 'w', w.rw.ks.Readers) }
 
 // Kind implements lease.Protocol.
 func (r *Read) Kind() lease.Kind { return lease.KindRead }

@@ -25,8 +25,9 @@ if ARGV[3] ~= '1' then
   if cnt > 1 then return {1, redis.call('hincrby', KEYS[1], ARGV[1], -1)} end
 end
 redis.call('hdel', KEYS[1], ARGV[1])
+-- Either side's deadline (a downgraded writer has one too).
+redis.call('zrem', KEYS[3], ARGV[1])
 if ARGV[4] == 'r' then
-  redis.call('zrem', KEYS[3], ARGV[1])
   if redis.call('hlen', KEYS[1]) <= 1 then
     redis.call('del', KEYS[1])
     publish(rw_channel(), '0')

@@ -24,8 +24,9 @@ type Request struct {
 
 // Acquire is every acquisition through a handle: a re-entry when ctx
 // carries a lease of the name by this engine, else a new lease through the
-// handle's gate. It returns the lease, or nil and a nil error when the wait
-// ran out. Safe for concurrent use.
+// handle's gate. It returns the lease and a nil error, nil and a nil error
+// when the wait ran out, or nil and an error: never a lease with an error.
+// Safe for concurrent use.
 func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error) {
 	if err := hd.Check(ctx, req.Lease); err != nil {
 		return nil, err
@@ -39,13 +40,19 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 				Err: err, Waited: time.Since(start), Reentry: a.reentry, Backend: BackendRedis, Weight: max(req.Weight, 1)})
 		}()
 	}
+	// Runs before the observer's: what the gate and the wire answer for a
+	// done ctx (its cause) becomes an error matching ctx.Err() and the cause.
+	defer func() { err = doneErr(ctx, err) }()
 	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
+		return nil, CtxErr(ctx)
 	}
 	again, under, err := hd.inherited(ctx)
 	if err != nil || again != nil {
 		a.reentry = again != nil
-		return again, orReentered(err, again, ctx, req.Lease)
+		if err = orReentered(err, again, ctx, req.Lease); err != nil {
+			return nil, err // a re-entry that failed is no hold
+		}
+		return again, nil
 	}
 	// The wait bounds the whole call, network time included.
 	waitCtx := ctx
@@ -56,7 +63,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	}
 	if ok, err := hd.enter(waitCtx, !a.canWait); !ok {
 		if err != nil && ctx.Err() != nil {
-			return nil, err
+			return nil, CtxErr(ctx)
 		}
 		a.timedOut = a.canWait
 		return nil, nil
@@ -69,6 +76,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	if req.Lease <= 0 {
 		a.ttl = hd.e.Cfg.Watchdog
 	}
+	a.waitCtx = waitCtx
 	ok, err := a.run(ctx, waitCtx)
 	if !a.granted {
 		a.h.finish() // frees the gate
@@ -93,6 +101,7 @@ func orReentered(err error, again *Lease, ctx context.Context, lease time.Durati
 // message or a re-check, attempt again.
 type acquisition struct {
 	h        *Lease
+	waitCtx  context.Context // ctx bounded by the wait
 	lease    time.Duration
 	ttl      time.Duration // the lease, or the watchdog timeout
 	canWait  bool
@@ -191,7 +200,7 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 func (a *acquisition) over(ctx context.Context) (bool, error) {
 	a.giveUp()
 	if ctx.Err() != nil {
-		return false, context.Cause(ctx)
+		return false, CtxErr(ctx)
 	}
 	a.timedOut = true
 	return false, nil
@@ -237,23 +246,27 @@ func (a *acquisition) try(ctx context.Context) (Reply, time.Time, bool, error) {
 
 // failed ends an acquisition whose attempt or subscription failed. The
 // attempt may have queued or even granted us with its reply lost: unless
-// the wire undoes it (left), it is undone here, in the background.
+// the wire undoes it (left), it is undone here, in the background. The
+// wait's own deadline is never reported as the caller's: while ctx is live,
+// a wait that ran out (in a call the wire left, or in the subscription) is
+// (false, nil) when Redis answered, else ErrUnavailable.
 func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, error) {
 	if !left {
 		h, q := a.h, a.q
 		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, q, true) })
 	}
+	waitOver := left || a.waitCtx != nil && a.waitCtx.Err() != nil && err == context.Cause(a.waitCtx)
 	switch {
 	case ctx.Err() != nil && left && !a.answered:
 		// Redis never answered this acquisition: say so, and keep ctx's
 		// cause for errors.Is.
 		return false, fmt.Errorf("%w (lock %q): %w", ErrUnavailable, a.h.name, context.Cause(ctx))
 	case ctx.Err() != nil:
-		return false, context.Cause(ctx)
-	case left && a.answered:
+		return false, CtxErr(ctx)
+	case waitOver && a.answered:
 		a.timedOut = true // the wait ran out while Redis was answering
 		return false, nil
-	case left:
+	case waitOver:
 		return false, fmt.Errorf("%w within the wait of %q", ErrUnavailable, a.h.name)
 	}
 	return false, a.h.e.WrapClosed(unanswered(a.h.name, err))

@@ -1,6 +1,9 @@
 package lease
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // holdsKey is the context key under which a Client's holds travel: one
 // key per Client, whose value lists the holds of every name the context
@@ -31,15 +34,52 @@ func (h *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	ctx, cancel := context.WithCancelCause(parent)
 	prev, _ := parent.Value(holdsKey{h.e}).(*ctxHolds)
 	ctx = context.WithValue(ctx, holdsKey{h.e}, &ctxHolds{h: h, prev: prev})
-	ctx = ContextWithGrant(ctx, Grant{Name: h.name, Token: h.token, Backend: BackendRedis})
+	ctx = ContextWithGrant(ctx, h.Grant())
 	h.OnEnded(func(err error) {
 		if err == nil {
-			err = errReleased
+			err = ErrReleased
 		}
 		cancel(err)
 	})
 	return ctx, func() { cancel(context.Canceled) }
 }
+
+// doneError is the error of a call that returned because its context was
+// done with a cause of its own (WithCancelCause, a hold's loss or release):
+// errors.Is matches both the context's error and the cause.
+type doneError struct{ err, cause error }
+
+func (e *doneError) Error() string   { return e.cause.Error() }
+func (e *doneError) Unwrap() []error { return []error{e.err, e.cause} }
+
+// CtxErr is the error of a call that returns because ctx is done:
+// errors.Is(err, context.Canceled) (or DeadlineExceeded) holds, and so does
+// errors.Is(err, cause) for ctx's cause. nil while ctx is live.
+func CtxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return &doneError{err: err, cause: cause}
+	}
+	return err
+}
+
+// doneErr turns err into CtxErr(ctx) when it is ctx's cause: what a call
+// below (the gate, the wire) answered for ctx being done.
+func doneErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if err == context.Cause(ctx) || err == ctx.Err() {
+		return CtxErr(ctx)
+	}
+	return err
+}
+
+// Grant describes the lease for GrantFrom and TokenFrom.
+func (h *Lease) Grant() Grant { return Grant{Name: h.name, Token: h.token, Backend: BackendRedis} }
 
 // Outer returns the lease h was taken under (a downgrading writer's), or
 // nil.

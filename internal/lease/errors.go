@@ -16,6 +16,7 @@ var (
 	ErrClosed          = errors.New("dlock: client closed")
 	ErrUnavailable     = errors.New("dlock: redis did not answer in time")
 	ErrNotLock         = errors.New("dlock: key is not a lock")
+	ErrReleased        = errors.New("dlock: lock released")
 	ErrUnconfirmed     = errors.New("renewal could not confirm the hold in time")
 	ErrTakenOver       = errors.New("the lock expired or another owner has it")
 	ErrForced          = errors.New("the lock was taken by ForceUnlock")

@@ -21,7 +21,7 @@ func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalidArgument, d)
 	}
 	if err := h.turn(ctx); err != nil {
-		return err
+		return doneErr(ctx, err)
 	}
 	defer h.endTurn()
 	h.mu.Lock()
@@ -38,7 +38,7 @@ func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 	code, sent, err := h.renewOnce(ctx, d)
 	switch {
 	case err != nil:
-		return err
+		return doneErr(ctx, err)
 	case code != renew.Held:
 		h.lose(lossError(h.name, GoneReason(code), nil))
 		return h.Err()

@@ -142,11 +142,15 @@ func (hd *Handle) vacate(h *Lease) {
 	hd.exit()
 }
 
-// Current is the lease an Unlock with ctx releases: the one ctx carries, or
-// else the handle's most recent unfinished one; nil when there is none.
+// Current is the lease an Unlock with ctx releases: the one ctx carries,
+// even when it has ended (its release then answers ErrNotHeld or its
+// loss), or else, when ctx carries none, the handle's most recent
+// unfinished one; nil when there is none. A context's hold never stands for
+// another: an ended hold's balanced Unlocks must not release the next
+// holder's hold of the same handle.
 func (hd *Handle) Current(ctx context.Context) *Lease {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
-		if h.p.Kind().family() == hd.p.Kind().family() && !h.isFinished() {
+		if h.p.Kind().family() == hd.p.Kind().family() {
 			return h
 		}
 	}

@@ -82,9 +82,6 @@ type Lease struct {
 	onEnd            []func(error)
 }
 
-// errReleased is the cause of a lease's context after its final release.
-var errReleased = errors.New("dlock: lock released")
-
 // isRedisError reports whether err is an error reply from Redis (READONLY,
 // OOM, NOPERM, ...) rather than a network failure.
 func isRedisError(err error) bool {
@@ -93,15 +90,19 @@ func isRedisError(err error) bool {
 }
 
 // newLease prepares a lease of hd with a new owner; outer, when not nil, is
-// a lease of the same owner it is taken under (a write hold downgrading).
+// the write hold it is taken under (a downgrade). A downgrade is a hold of
+// its own, with its own owner, field, count and deadline: two downgrades
+// under one write hold sharing a field would let one's release or expiry
+// end the other's share while its holder still counts on it. Its extra
+// argument names the write field it stands on instead of its own would-be
+// one (the read script admits a reader beside a writer only on that field).
 func newLease(hd *Handle, outer *Lease, weight int) *Lease {
 	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1, weight: weight}
-	if outer != nil {
-		h.owner = outer.owner
-	} else {
-		h.owner = hd.e.newOwner()
-	}
+	h.owner = hd.e.newOwner()
 	h.field, h.extra = hd.p.Fields(h.owner, weight)
+	if outer != nil {
+		h.extra = outer.field
+	}
 	h.ownerArg, h.fieldArg, h.extraArg = &h.owner, &h.field, &h.extra
 	return h
 }

@@ -8,7 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// reenter counts one more hold of h, which ctx carries.
+// reenter counts one more hold of h, which ctx carries. It never moves the
+// hold's end, in Redis or here: the scripts ignore a re-entry's TTL, so a
+// re-entry asking for another lease (or for the watchdog) leaves the holder
+// and Redis agreeing on when the hold ends.
 func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
 	if err := h.Err(); err != nil {
 		// The hold was declared lost here, though Redis may still have it:
@@ -16,11 +19,15 @@ func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
 		return err
 	}
 	if err := h.turn(ctx); err != nil {
-		return err
+		return doneErr(ctx, err)
 	}
 	h.mu.Lock()
-	count := h.count
+	count, lost := h.count, h.err
 	h.mu.Unlock()
+	if lost != nil {
+		h.endTurn()
+		return lost // lost while this call waited for its turn
+	}
 	if count == 0 {
 		h.endTurn()
 		return fmt.Errorf("%w: the context's hold of %q has been released", ErrNotHeld, h.name)
@@ -33,7 +40,7 @@ func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
 	cl := h.p.Attempt(h, ttl, count, Queueing{})
 	cl.Undo = (*reenterUndo)(h)
 	if left, err := h.e.Wire.Do(ctx, cl); left {
-		return err // its Undo gives the turn back
+		return doneErr(ctx, err) // its Undo gives the turn back
 	}
 	defer h.endTurn()
 	r, err := h.p.AttemptReply(cl.Cmd, count)

@@ -38,12 +38,13 @@ func (h *Lease) Release(ctx context.Context, all bool) error {
 			// release as it completed: its outcome is on its way.
 			return <-out
 		}
-		return &PendingRelease{Name: h.name, Cause: context.Cause(ctx)}
+		return &PendingRelease{Name: h.name, Cause: CtxErr(ctx)}
 	}
 }
 
 // PendingRelease is a release's answer when its ctx ended before the
-// release was confirmed; the release goes on in the background.
+// release was confirmed; the release goes on in the background. Cause
+// matches ctx.Err() and ctx's cause with errors.Is (CtxErr).
 type PendingRelease struct {
 	Name  string
 	Cause error
@@ -58,7 +59,7 @@ func (e *PendingRelease) Unwrap() error { return e.Cause }
 // release waits for the lease's turn, then releases.
 func (h *Lease) release(ctx context.Context, all bool) error {
 	if err := h.turn(ctx); err != nil {
-		return err
+		return doneErr(ctx, err)
 	}
 	return h.releaseTurn(ctx, all)
 }
@@ -107,7 +108,7 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	cl := h.p.Release(h, count, all)
 	cl.Undo = (*releaseUndo)(h)
 	if left, err := e.Wire.Do(ctx, cl); left {
-		return &PendingRelease{Name: h.name, Cause: err}
+		return &PendingRelease{Name: h.name, Cause: doneErr(ctx, err)}
 	}
 	err := h.released(cl.Cmd)
 	cl.Free()
@@ -212,7 +213,9 @@ func (h *Lease) settle(r Released, err error, final, renewing bool) error {
 			h.e.renewer.Add(&h.renewal, time.Now())
 		}
 	}
-	return nil
+	// A count of a lost hold answers the loss, whichever count it is: the
+	// work it guarded may have overlapped another holder's.
+	return lost
 }
 
 // ReleaseNow sends one release of count (all of them with all) for h and

@@ -43,12 +43,7 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 		select {
 		case <-timer.C:
 		case <-waitCtx.Done():
-			a.giveUp()
-			if ctx.Err() != nil {
-				return false, context.Cause(ctx)
-			}
-			a.timedOut = true
-			return false, nil
+			return a.over(ctx)
 		}
 		if e.closed.Load() {
 			a.giveUp()
