@@ -260,7 +260,7 @@ func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, e
 	case ctx.Err() != nil && left && !a.answered:
 		// Redis never answered this acquisition: say so, and keep ctx's
 		// cause for errors.Is.
-		return false, fmt.Errorf("%w (lock %q): %w", ErrUnavailable, a.h.name, context.Cause(ctx))
+		return false, fmt.Errorf("%w (lock %q): %w", ErrUnavailable, a.h.name, CtxErr(ctx))
 	case ctx.Err() != nil:
 		return false, CtxErr(ctx)
 	case waitOver && a.answered:
