@@ -3,11 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
-	"github.com/dlock-dev/dlock/internal/kind"
-	"github.com/redis/go-redis/v9"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/kind"
 	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/testenv"
 	"github.com/dlock-dev/dlock/internal/wire"
@@ -139,3 +140,24 @@ func WithRecheckForTest(d time.Duration) Option { return withRecheck(d) }
 
 // ResolveForTest is what opts come to, for the external tests.
 func ResolveForTest(opts ...LockOption) (FallbackRequest, error) { return resolve("", opts) }
+
+// reliabilityRow is a row of RELIABILITY.md recorded by a test of this
+// package (the fault suite's table lives in package dlock_test, which sets
+// ReliabilityHook).
+type reliabilityRow struct {
+	Scenario, Faults string
+	Grants           int
+	Accepted, Told   int
+	Signal           time.Duration // < 0: none
+	Notes            string
+}
+
+// ReliabilityHook records a row of RELIABILITY.md; set by the fault suite.
+var ReliabilityHook func(t *testing.T, scenario, faults string, grants, accepted, told int, signal time.Duration, notes string)
+
+func recordReliability(t *testing.T, r reliabilityRow) {
+	t.Helper()
+	if ReliabilityHook != nil {
+		ReliabilityHook(t, r.Scenario, r.Faults, r.Grants, r.Accepted, r.Told, r.Signal, r.Notes)
+	}
+}

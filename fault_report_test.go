@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock"
 )
 
 // reliabilityEnv names the file the fault suite writes its table to:
@@ -51,6 +53,16 @@ var scenarioOrder = []string{
 	"Sentinel failover, WithReplicaAck",
 	"Cluster slot migration",
 	"Cluster master failover",
+	"Cluster reshard, SETSLOT NODE in node order",
+	"Redis refuses the Client",
+	"Redis unreachable",
+}
+
+// The tests of package dlock record their rows through dlock.ReliabilityHook.
+func init() {
+	dlock.ReliabilityHook = func(t *testing.T, scenario, faults string, grants, accepted, told int, signal time.Duration, notes string) {
+		record(t, reportRow{Scenario: scenario, Faults: faults, Grants: grants, Accepted: accepted, Told: told, Signal: signal, Notes: notes})
+	}
 }
 
 var report struct {

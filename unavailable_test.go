@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // Redis (nothing listens; a server that hangs from before the Client's
 // first contact) returns an error wrapping ErrUnavailable within its wait
 // (+1 s for the scheduler), never a bare dial or i/o error.
-func TestUnavailableIsTyped(t *testing.T) {
+func TestFaultUnavailableIsTyped(t *testing.T) {
 	refused := func(t *testing.T) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -67,6 +68,8 @@ func TestUnavailableIsTyped(t *testing.T) {
 			return err
 		},
 	}
+	var mu sync.Mutex
+	var longest time.Duration
 	for name, server := range map[string]func(*testing.T) string{"refused": refused, "hung": hung} {
 		t.Run(name, func(t *testing.T) {
 			addr := server(t)
@@ -81,6 +84,9 @@ func TestUnavailableIsTyped(t *testing.T) {
 					start := time.Now()
 					err := run(context.Background(), c)
 					took := time.Since(start)
+					mu.Lock()
+					longest = max(longest, took)
+					mu.Unlock()
 					if !errors.Is(err, ErrUnavailable) {
 						t.Errorf("%s: %v, want ErrUnavailable", call, err)
 					}
@@ -92,4 +98,11 @@ func TestUnavailableIsTyped(t *testing.T) {
 			wg.Wait()
 		})
 	}
+	recordReliability(t, reliabilityRow{
+		Scenario: "Redis unreachable",
+		Faults:   fmt.Sprintf("nothing listening at the address; a redis-server paused (SIGSTOP) before the Client's first contact; TryLock, Lock, WithLock, TryRLock and Acquire, each with a wait of %v", wait),
+		Signal:   -1,
+		Notes: fmt.Sprintf("every call returned ErrUnavailable; longest call %v, overrun past its wait %v (cf1ff77: raw dial and i/o errors)",
+			longest.Round(time.Millisecond), max(longest-wait, 0).Round(time.Millisecond)),
+	})
 }
