@@ -166,7 +166,8 @@ func TestLoneReadOnlyGoesThroughTheClient(t *testing.T) {
 }
 
 // scriptWatch is a go-redis hook that shows f the arguments of every script
-// call sent alone.
+// call sent through the client, alone or in a pipeline (a resent call may
+// share a round trip with a background cleanup).
 type scriptWatch func(args []any)
 
 func (f scriptWatch) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -179,7 +180,14 @@ func (f scriptWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (f scriptWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				f(cmd.Args())
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // ctx is law on the lone connection too: a lone caller whose Redis goes
