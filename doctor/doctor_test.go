@@ -468,6 +468,9 @@ func TestCheckInvalid(t *testing.T) {
 		{Namespace: "a\tb"},
 		{Namespace: "a\x00"},
 		{Namespace: "\xff"},
+		{Namespace: "x'..redis.call('set','pwned','1').ok..'"},
+		{Namespace: `y\`},
+		{Namespace: "a:b"},
 		{ReplicaAck: -1},
 		{ReplicaTimeout: -time.Second},
 	} {
