@@ -12,15 +12,15 @@ import (
 func TestNamespaceAlphabet(t *testing.T) {
 	for _, ns := range []string{
 		"x'..redis.call('set','pwned','1').ok..'", // ends the Lua string
-		`y\`,      // escapes the Lua string's closing quote
-		"a:b",     // nests: "a" with name "b:x" is "a:b" with name "x"
-		"a\"b",    // the other Lua quote
-		"a]]b",    // a long bracket's end
-		"a\nb",    // ends a Lua line
-		"ключ",    // not ASCII
-		"a/b",     // outside the alphabet
-		"a%b",     // a Lua pattern character
-		"",        // empty
+		`y\`,   // escapes the Lua string's closing quote
+		"a:b",  // nests: "a" with name "b:x" is "a:b" with name "x"
+		"a\"b", // the other Lua quote
+		"a]]b", // a long bracket's end
+		"a\nb", // ends a Lua line
+		"ключ", // not ASCII
+		"a/b",  // outside the alphabet
+		"a%b",  // a Lua pattern character
+		"",     // empty
 		strings.Repeat("n", MaxNamespaceLen+1),
 	} {
 		if _, err := NewSpace(ns); !errors.Is(err, ErrBadNamespace) {
