@@ -27,6 +27,7 @@ const (
 	exitOK          = 0
 	exitFailure     = 1  // a failure not listed below
 	exitUsage       = 2  // bad flags, arguments or URL
+	exitNotLock     = 65 // unlock --force: NAME is not a lock, left intact (sysexits EX_DATAERR)
 	exitUnavailable = 69 // Redis could not be reached (sysexits EX_UNAVAILABLE)
 	exitNotAcquired = 75 // run: the lock was not acquired within --wait (EX_TEMPFAIL)
 	exitLost        = 76 // run: the lock was lost while CMD ran
@@ -216,6 +217,7 @@ Exit codes (each command's --help lists its own):
   0    done
   1    a failure not listed here
   2    bad flags, arguments, lock name or Redis URL
+  65   unlock --force: NAME is not a lock (left as it is)
   69   Redis could not be reached
   75   run: the lock was not acquired within --wait
   76   run: the lock was lost while CMD ran
