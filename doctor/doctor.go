@@ -19,8 +19,9 @@ import (
 // doc for why). A constant; safe for concurrent use.
 const MinVersion = "6.2.0"
 
-// The names of the checks, in the order a Report lists them. NameCluster
-// appears on a Cluster only. Constants; safe for concurrent use.
+// The names of the checks, in the order a Report lists them. NameListing
+// appears under a namespace only, NameCluster on a Cluster only.
+// Constants; safe for concurrent use.
 const (
 	NameVersion     = "version"
 	NameMode        = "mode"
@@ -31,6 +32,7 @@ const (
 	NamePersistence = "persistence"
 	NameReplicas    = "replicas"
 	NameCluster     = "cluster"
+	NameListing     = "listing"
 )
 
 // MaxNamespace is the longest namespace Options accepts, in bytes.
@@ -263,6 +265,7 @@ func (d *doctor) run(ctx context.Context) error {
 	d.checkEviction()
 	d.checkPersistence()
 	d.checkReplicas(acks)
+	d.checkListing()
 	if d.cluster != nil {
 		d.checkCluster()
 	}
