@@ -159,6 +159,13 @@ func (l *Locker) Close() error {
 	return nil
 }
 
+// MaxTokenFloor is the highest token floor Acquire and WithLock accept.
+// Real tokens are microseconds since 1970 plus a count of grants (about
+// 1.8e15 in 2026), far below it; a floor above it is no token any tier
+// issued, and one near MaxInt64 would leave the name no token to grant
+// (the column is a signed 64-bit integer). A constant.
+const MaxTokenFloor = math.MaxInt64 / 2
+
 // validate checks Acquire's arguments; it returns whether the lock is
 // shared.
 func (l *Locker) validate(name string, set dlock.FallbackRequest, floor uint64) (bool, error) {
@@ -171,8 +178,8 @@ func (l *Locker) validate(name string, set dlock.FallbackRequest, floor uint64) 
 	if set.Lease < 0 {
 		return false, fmt.Errorf("%w: negative lease time %v", dlock.ErrInvalidArgument, set.Lease)
 	}
-	if floor >= math.MaxInt64 {
-		return false, fmt.Errorf("%w: token floor %d does not leave room in a signed 64-bit column", dlock.ErrInvalidArgument, floor)
+	if floor > MaxTokenFloor {
+		return false, fmt.Errorf("%w: token floor %d is above MaxTokenFloor (%d): it would leave the name few tokens to grant", dlock.ErrInvalidArgument, floor, uint64(MaxTokenFloor))
 	}
 	switch set.Kind {
 	case "", dlock.KindMutex, dlock.KindFair, dlock.KindWrite:

@@ -31,7 +31,7 @@ func (h *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	ctx, cancel := context.WithCancelCause(parent)
 	prev, _ := parent.Value(holdsKey{h.e}).(*ctxHolds)
 	ctx = context.WithValue(ctx, holdsKey{h.e}, &ctxHolds{h: h, prev: prev})
-	ctx = ContextWithGrant(ctx, Grant{Name: h.name, Token: h.token, Backend: BackendRedis})
+	ctx = ContextWithHeldGrant(ctx, Grant{Name: h.name, Token: h.token, Backend: BackendRedis})
 	h.OnEnded(func(err error) {
 		if err == nil {
 			err = errReleased
