@@ -119,15 +119,31 @@ func (l *Locker) setup(ctx context.Context, c *sql.Conn) error {
 		return nil
 	}
 	t := l.cfg.fenceTable
-	if _, err := c.ExecContext(ctx, l.d.createTable(t)); err != nil {
-		// Two sessions creating the table at once can fail (PostgreSQL)
-		// although the table then exists; so can a user without CREATE
-		// whose DBA made the table.
-		if _, perr := c.ExecContext(ctx, l.d.probeTable(t)); perr != nil {
-			return fmt.Errorf("sqllock: create fence table %s: %w", t, err)
-		}
+	if err := createOrFind(ctx, c, l.d.createTable(t), l.d.probeTable(t)); err != nil {
+		return fmt.Errorf("sqllock: create fence table %s: %w", t, err)
 	}
 	l.ready.Store(true)
+	return nil
+}
+
+// execer is what createOrFind needs: *sql.DB and *sql.Conn have it.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// createOrFind runs create (a CREATE TABLE IF NOT EXISTS) and, when it
+// fails, probe (a SELECT of no row from the table): two sessions creating
+// the table at once can fail (PostgreSQL) although the table then exists,
+// and so does a user without CREATE whose DBA made the table. It returns
+// create's error when the table is not there either.
+func createOrFind(ctx context.Context, db execer, create, probe string) error {
+	_, err := db.ExecContext(ctx, create)
+	if err == nil {
+		return nil
+	}
+	if _, perr := db.ExecContext(ctx, probe); perr != nil {
+		return err
+	}
 	return nil
 }
 
