@@ -130,7 +130,11 @@
 //   - Publish on any channel (the default ACL allows every channel): it can
 //     make waiters attempt again, one attempt per message at most for each
 //     woken waiter (repeated wake-ups coalesce until the waiter has tried),
-//     and make Election.Observe (and a latch's Wait) read Redis again. It
+//     and make Election.Observe (and a latch's Wait) read Redis again. A
+//     message that could let many goroutines of a process through at once
+//     (a latch's waiters, an RWMutex's readers) wakes one of them; the
+//     others follow only if its attempt got through, so a forged message
+//     costs a process one Redis call per kind of waiter, however many wait. It
 //     cannot grant a lock, a permit or a leadership, end a hold, show a
 //     false leader, open a latch, or make a call hang or panic.
 //   - Also read dlock's keys and channels (queues, owner fields, tickets,
