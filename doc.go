@@ -130,7 +130,11 @@
 //   - Publish on any channel (the default ACL allows every channel): it can
 //     make waiters attempt again, one attempt per message at most for each
 //     woken waiter (repeated wake-ups coalesce until the waiter has tried),
-//     and make Election.Observe (and a latch's Wait) read Redis again. It
+//     and make Election.Observe (and a latch's Wait) read Redis again. A
+//     message that could let many goroutines of a process through at once
+//     (a latch's waiters, an RWMutex's readers) wakes one of them; the
+//     others follow only if its attempt got through, so a forged message
+//     costs a process one Redis call per kind of waiter, however many wait. It
 //     cannot grant a lock, a permit or a leadership, end a hold, show a
 //     false leader, open a latch, or make a call hang or panic.
 //   - Also read dlock's keys and channels (queues, owner fields, tickets,
@@ -141,6 +145,48 @@
 //     break any Redis lock, dlock's or anyone's: delete a held lock, grant
 //     one to itself, rewind a fencing counter. No client library can defend
 //     against it; keep such users off the keys with ACLs.
+//
+// ForceUnlock (and dlock unlock --force) breaks locks only: a key of
+// another type, or a hash whose fields are not owners with hold counts (a
+// read-write lock's mode, an election's leader), is left as it is with
+// ErrNotLock, decided inside the script.
+//
+// # Namespaces and tenants
+//
+// WithNamespace(ns) puts every key and channel of a Client behind "ns:",
+// so that one ACL line per service (~ns:* &ns:* and no @dangerous command)
+// keeps tenants of one Redis off each other's locks: with it, one tenant
+// can neither take, break, force nor wake the other's locks, and the
+// server's ACL LOG stays empty. What a namespace guarantees:
+//
+//   - It is data, never code. A namespace is 1 to 64 ASCII letters, digits,
+//     '_', '.' and '-' (anything else is ErrInvalidArgument, before any
+//     network call; the CLI's --namespace and $DLOCK_NAMESPACE alike). The
+//     scripts build their channel names with it, and no such character can
+//     end or escape a Lua string, match more than itself in an ACL or SCAN
+//     pattern, or move a key's hash tag.
+//   - Namespaces never nest. A namespace has no ':', so the first ':' of a
+//     key ends it: no two (namespace, name) pairs share a key or a channel
+//     ("a" with lock "b:x" is "a:b:x", and "a:b" is no namespace), and a
+//     tenant's names may hold any character a lock name may.
+//   - A Client without a namespace is not a tenant: its names are the keys
+//     themselves (Redisson's layout), so its lock "a:x" is namespace a's
+//     lock "x". Give it only to those trusted with every lock.
+//   - Lock names that begin with "dlock:" are refused: those are dlock's own
+//     keys beside a lock (its fencing counter, queue, ...), and a lock of
+//     that name would break the lock it belongs to. So are names holding
+//     control characters, which would reach an operator's terminal.
+//
+// What a namespace does not hide: Redis applies ACL key and channel
+// patterns to the keys and channels a command touches, not to the names it
+// lists. PUBSUB CHANNELS (and SHARDCHANNELS) and SCAN list every active
+// channel and every key name of the server, whatever the caller's
+// patterns: a tenant allowed them sees the other tenants' lock names (in
+// their release channels and keys) and client ids (host name and process
+// id, in their client channels). dlock needs neither on any lock path; deny
+// them (-pubsub|channels -pubsub|shardchannels -scan) where names are
+// confidential, at the cost of Locks and dlock inspect --all, which SCAN.
+// dlock doctor warns when the user may list channels.
 //
 // # What is not guaranteed
 //

@@ -51,7 +51,8 @@ var (
 	ErrReleased = lease.ErrReleased
 
 	// ErrNotLock is returned by Inspect for a key that exists but is not a
-	// lock (a string, a list, ...).
+	// lock (a string, a list, ...), and by ForceUnlock for such a key or a
+	// hash whose fields are not a lock's, which it leaves as it is.
 	ErrNotLock = lease.ErrNotLock
 )
 

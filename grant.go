@@ -28,6 +28,14 @@ func ContextWithGrant(ctx context.Context, g Grant) context.Context {
 // one. Safe for concurrent use.
 func GrantFrom(ctx context.Context) (Grant, bool) { return lease.GrantFrom(ctx) }
 
+// HeldGrantFrom returns the innermost grant ctx carries if dlock attached it
+// for a hold a Client made (a lock's context, WithLock's fn context), and
+// false when ctx carries none or its innermost grant came from
+// ContextWithGrant, which anyone can call with any token. Use it where a
+// grant's token is trusted, as a fencing floor for another tier
+// (sqllock's WithLock does). Safe for concurrent use.
+func HeldGrantFrom(ctx context.Context) (Grant, bool) { return lease.HeldGrantFrom(ctx) }
+
 // TokenFrom returns the fencing token of the innermost grant ctx carries, or
 // 0 when it carries none. Pass it to the resource the lock protects and have
 // the resource reject a write whose token is lower than one it has seen.

@@ -195,7 +195,10 @@ func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
 // held. Holders are told at once, with a loss wrapping ErrForced: the
 // script sends each evicted owner's Client a message, on which it asks Redis
 // (a Client whose message is lost, or that uses WithSpin, learns at its next
-// renewal instead).
+// renewal instead). A key that is not a lock — another Redis type, or a
+// hash whose fields are not owners with hold counts (and a read-write
+// lock's mode) as dlock and Redisson write them — is left as it is, with
+// an error wrapping ErrNotLock; the script decides, atomically.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.hd.Check(ctx, 0); err != nil {
 		return false, err

@@ -11,9 +11,12 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// A bad namespace is refused by New, before any network call.
+// A bad namespace is refused by New, before any network call: among them
+// those that would run as Lua in the scripts' channel literals, or escape
+// them, and those that nest ("a:b" with lock "x" is "a" with lock "b:x").
 func TestNamespaceRefused(t *testing.T) {
-	for _, ns := range []string{"", strings.Repeat("n", 65), "a{b", "a}b", "a*", "a?", "a[", "a]", "a b", "a\tb", "a\x01"} {
+	for _, ns := range []string{"", strings.Repeat("n", 65), "a{b", "a}b", "a*", "a?", "a[", "a]", "a b", "a\tb", "a\x01",
+		"x'..redis.call('set','pwned','1').ok..'", `y\`, "a:b", `a"b`, "ключ"} {
 		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 		if _, err := New(rdb, WithNamespace(ns)); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithNamespace(%q) = %v, want ErrInvalidArgument", ns, err)

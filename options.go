@@ -106,8 +106,11 @@ func WithShardedPubSub(m ShardedMode) Option {
 // &ns:*). The lock named N is the hash at "ns:N", as Redisson's NameMapper
 // with prefix "ns:" has it (its channels are not prefixed: across the two,
 // wake-ups fall back to re-checks). Names are passed and reported without
-// the namespace. ns must be 1 to 64 bytes without { } * ? [ ], whitespace
-// or control characters (ErrInvalidArgument).
+// the namespace. ns must be 1 to 64 bytes of ASCII letters, digits, '_',
+// '.' and '-' (ErrInvalidArgument otherwise): nothing in it can act in the
+// scripts or in an ACL pattern, and, with no ':' in it, no two namespaces
+// nest ("a" with lock "b:x" is not "a:b" with lock "x": the latter is
+// refused). See "Namespaces and tenants" in the package docs.
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
 		s, err := keys.NewSpace(ns)

@@ -30,6 +30,12 @@
 //   - replicas: connected replicas, and with Options.ReplicaAck whether a
 //     grant would reach that many within Options.ReplicaTimeout, tested as
 //     dlock.WithReplicaAck does it: the write and WAIT on one connection.
+//   - listing (under a namespace only): warn while this user may run PUBSUB
+//     CHANNELS, PUBSUB SHARDCHANNELS or SCAN. Redis applies ACL patterns
+//     to the channels and keys a command touches, not to the names it
+//     lists, so these show every tenant's lock names and client ids (host
+//     and pid). Asked with redis.acl_check_cmd, never run; unknown (before
+//     7.0, or without scripting) is a warn too.
 //   - cluster (Cluster only): every master answers.
 //
 // What the user may not read is a warn, never a fail: managed services

@@ -8,18 +8,20 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // MinVersion is the oldest Redis version dlock works with (see the package
 // doc for why). A constant; safe for concurrent use.
 const MinVersion = "6.2.0"
 
-// The names of the checks, in the order a Report lists them. NameCluster
-// appears on a Cluster only. Constants; safe for concurrent use.
+// The names of the checks, in the order a Report lists them. NameListing
+// appears under a namespace only, NameCluster on a Cluster only.
+// Constants; safe for concurrent use.
 const (
 	NameVersion     = "version"
 	NameMode        = "mode"
@@ -30,10 +32,11 @@ const (
 	NamePersistence = "persistence"
 	NameReplicas    = "replicas"
 	NameCluster     = "cluster"
+	NameListing     = "listing"
 )
 
 // MaxNamespace is the longest namespace Options accepts, in bytes.
-const MaxNamespace = 64
+const MaxNamespace = keys.MaxNamespaceLen
 
 // DefaultReplicaTimeout is the WAIT timeout used when Options.ReplicaAck
 // is set and Options.ReplicaTimeout is not.
@@ -157,8 +160,8 @@ type Options struct {
 	// the separator: "svc" means every key and channel begins with
 	// "svc:". Empty means the default layout: companion keys and channels
 	// begin with "dlock:", release channels with "redisson_lock__channel:".
-	// At most MaxNamespace bytes of UTF-8, without { } * ? [ ], whitespace
-	// or control characters.
+	// At most MaxNamespace bytes of ASCII letters, digits, '_', '.' and
+	// '-', as dlock.WithNamespace accepts.
 	Namespace string
 	// ReplicaAck is the n of dlock.WithReplicaAck(n, timeout); 0 means
 	// grants are not confirmed on replicas.
@@ -170,16 +173,11 @@ type Options struct {
 // Validate returns an error wrapping ErrInvalidArgument when Check would
 // refuse o, without any network call. Safe for concurrent use.
 func (o Options) Validate() error {
-	ns := o.Namespace
-	switch {
-	case len(ns) > MaxNamespace:
-		return fmt.Errorf("%w: namespace is %d bytes, the limit is %d", ErrInvalidArgument, len(ns), MaxNamespace)
-	case !utf8.ValidString(ns):
-		return fmt.Errorf("%w: namespace %q is not valid UTF-8", ErrInvalidArgument, ns)
-	}
-	for _, r := range ns {
-		if strings.ContainsRune("{}*?[]", r) || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return fmt.Errorf("%w: namespace %q contains %q (not allowed: { } * ? [ ], whitespace, control characters)", ErrInvalidArgument, ns, r)
+	if o.Namespace != "" {
+		// The library's own rule, so that doctor checks what WithNamespace
+		// accepts.
+		if _, err := keys.NewSpace(o.Namespace); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 	}
 	if o.ReplicaAck < 0 {
@@ -267,6 +265,7 @@ func (d *doctor) run(ctx context.Context) error {
 	d.checkEviction()
 	d.checkPersistence()
 	d.checkReplicas(acks)
+	d.checkListing()
 	if d.cluster != nil {
 		d.checkCluster()
 	}

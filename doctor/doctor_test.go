@@ -312,7 +312,7 @@ func TestCheckCluster(t *testing.T) {
 	c := testenv.StartCluster(t, 3)
 	cc := c.NewClient(t)
 	r := check(t, cc, Options{Namespace: "ns", ReplicaAck: 0})
-	if got, wantNames := names(r), standaloneNames+",cluster"; got != wantNames {
+	if got, wantNames := names(r), standaloneNames+",listing,cluster"; got != wantNames {
 		t.Fatalf("checks %s, want %s", got, wantNames)
 	}
 	if f := r.Failed(); len(f) > 0 {
@@ -468,6 +468,9 @@ func TestCheckInvalid(t *testing.T) {
 		{Namespace: "a\tb"},
 		{Namespace: "a\x00"},
 		{Namespace: "\xff"},
+		{Namespace: "x'..redis.call('set','pwned','1').ok..'"},
+		{Namespace: `y\`},
+		{Namespace: "a:b"},
 		{ReplicaAck: -1},
 		{ReplicaTimeout: -time.Second},
 	} {

@@ -25,6 +25,9 @@ type node struct {
 	// 0 when it may not, -1 when the server could not tell (before 7.0, or
 	// no scripting).
 	aclInfo, aclConfig int
+	// aclListing: the same for the commands that list other tenants' names
+	// whatever the ACL's patterns, in listingCommands' order.
+	aclListing [len(listingCommands)]int
 
 	info     map[string]string // INFO's fields, nil unless read
 	infoErr  error
@@ -47,7 +50,8 @@ const permScript = `local function allowed(...)
   if r then return 1 end
   return 0
 end
-return {allowed('info'), allowed('config', 'get', 'maxmemory')}`
+return {allowed('info'), allowed('config', 'get', 'maxmemory'),
+  allowed('pubsub', 'channels'), allowed('pubsub', 'shardchannels'), allowed('scan', '0')}`
 
 // pingScript is the harmless script of the scripting check.
 const pingScript = "return 1"
@@ -70,6 +74,9 @@ type cmdable interface {
 // (network, ctx): the node then counts as unreachable.
 func probeNode(ctx context.Context, c cmdable, n *node) error {
 	n.aclInfo, n.aclConfig, n.sentinels = -1, -1, -1
+	for i := range n.aclListing {
+		n.aclListing[i] = -1
+	}
 	v, err := call(ctx, func(ctx context.Context) (any, error) { return c.Do(ctx, "hello").Result() })
 	if err != nil && !isReply(err) {
 		return err
@@ -92,8 +99,11 @@ func probeNode(ctx context.Context, c cmdable, n *node) error {
 		if err != nil && !isReply(err) {
 			return err
 		}
-		if err == nil && len(v) == 2 {
+		if err == nil && len(v) == 2+len(listingCommands) {
 			n.aclInfo, n.aclConfig = int(v[0]), int(v[1])
+			for i := range n.aclListing {
+				n.aclListing[i] = int(v[2+i])
+			}
 		}
 	}
 

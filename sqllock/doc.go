@@ -91,19 +91,26 @@
 //
 // Fencing tokens: a table (DefaultFenceTable, dlock_fence; FenceTable
 // changes it) keeps the last token of each name. The Locker creates it if
-// missing; a database user without CREATE needs it made by hand:
+// missing; a database user without CREATE needs it made by hand, and so
+// the witness table (WitnessTable, dlock_redis_seen) where FallbackStrict
+// is used; the Locker then only reads and writes them:
 //
 //	-- MySQL / MariaDB
 //	CREATE TABLE dlock_fence (name_key VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
 //	                          token BIGINT NOT NULL) ENGINE=InnoDB;
+//	CREATE TABLE dlock_redis_seen (client_key VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY,
+//	                               seen_us BIGINT NOT NULL) ENGINE=InnoDB;
 //	-- PostgreSQL
 //	CREATE TABLE dlock_fence (name_key bigint PRIMARY KEY, token bigint NOT NULL);
+//	CREATE TABLE dlock_redis_seen (client_key TEXT PRIMARY KEY, seen_us BIGINT NOT NULL);
 //
 // Right after a grant, on the holding session and while it holds the lock,
 // the name's row is set to max(its last token + 1, the database clock in
 // microseconds, floor + 1) in one statement, and that is the hold's token.
-// floor is Acquire's last argument; WithLock takes it from a dlock.Grant of
-// the same name carried by ctx that is not one of this Locker's holds.
+// floor is Acquire's last argument, at most MaxTokenFloor; WithLock takes
+// it from the options' dlock.TokenFloor and from a grant of the same name
+// that a dlock hold attached to ctx (dlock.HeldGrantFrom), never from one
+// made with dlock.ContextWithGrant, whose token is whatever its maker wrote.
 //
 // # What is guaranteed
 //

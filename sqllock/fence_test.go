@@ -15,7 +15,7 @@ import (
 // also across Lockers (processes) and separate pools; each is at least the
 // database clock in microseconds when granted; a floor (the last token of
 // another tier) lifts the next token above it, and later tokens stay above;
-// a dlock.Grant of the same name in ctx acts as the floor for WithLock.
+// a dlock.Grant made with ContextWithGrant is no floor for WithLock.
 func TestFencingTokens(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
 		db1, db2, admin := b.open(t), b.open(t), b.open(t)
@@ -56,22 +56,23 @@ func TestFencingTokens(t *testing.T) {
 		if tok := grant(lockers[1], 0); tok != high+2 {
 			t.Fatalf("token after the floored one = %d, want %d", tok, high+2)
 		}
-		// The same through WithLock: a grant in ctx is the floor.
-		redis := dlock.ContextWithGrant(ctx, dlock.Grant{Name: name, Token: high + 1000, Backend: dlock.BackendRedis})
-		err := lockers[0].WithLock(redis, name, func(fctx context.Context) error {
-			if tok := dlock.TokenFrom(fctx); tok != high+1001 {
-				t.Errorf("WithLock token %d, want %d", tok, high+1001)
+		// Through WithLock, a grant made with ContextWithGrant is no floor
+		// (a Redis hold's is: TestHeldGrantIsTheFloor).
+		made := dlock.ContextWithGrant(ctx, dlock.Grant{Name: name, Token: high + 1000, Backend: dlock.BackendRedis})
+		err := lockers[0].WithLock(made, name, func(fctx context.Context) error {
+			if tok := dlock.TokenFrom(fctx); tok != high+3 {
+				t.Errorf("WithLock token %d, want %d", tok, high+3)
 			}
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A grant of another name is no floor.
+		// Nor is a grant of another name.
 		other := dlock.ContextWithGrant(ctx, dlock.Grant{Name: name + "x", Token: high + 1e9})
 		err = lockers[0].WithLock(other, name, func(fctx context.Context) error {
-			if tok := dlock.TokenFrom(fctx); tok != high+1002 {
-				t.Errorf("token %d, want %d", tok, high+1002)
+			if tok := dlock.TokenFrom(fctx); tok != high+4 {
+				t.Errorf("token %d, want %d", tok, high+4)
 			}
 			return nil
 		})

@@ -119,15 +119,31 @@ func (l *Locker) setup(ctx context.Context, c *sql.Conn) error {
 		return nil
 	}
 	t := l.cfg.fenceTable
-	if _, err := c.ExecContext(ctx, l.d.createTable(t)); err != nil {
-		// Two sessions creating the table at once can fail (PostgreSQL)
-		// although the table then exists; so can a user without CREATE
-		// whose DBA made the table.
-		if _, perr := c.ExecContext(ctx, l.d.probeTable(t)); perr != nil {
-			return fmt.Errorf("sqllock: create fence table %s: %w", t, err)
-		}
+	if err := createOrFind(ctx, c, l.d.createTable(t), l.d.probeTable(t)); err != nil {
+		return fmt.Errorf("sqllock: create fence table %s: %w", t, err)
 	}
 	l.ready.Store(true)
+	return nil
+}
+
+// execer is what createOrFind needs: *sql.DB and *sql.Conn have it.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// createOrFind runs create (a CREATE TABLE IF NOT EXISTS) and, when it
+// fails, probe (a SELECT of no row from the table): two sessions creating
+// the table at once can fail (PostgreSQL) although the table then exists,
+// and so does a user without CREATE whose DBA made the table. It returns
+// create's error when the table is not there either.
+func createOrFind(ctx context.Context, db execer, create, probe string) error {
+	_, err := db.ExecContext(ctx, create)
+	if err == nil {
+		return nil
+	}
+	if _, perr := db.ExecContext(ctx, probe); perr != nil {
+		return err
+	}
 	return nil
 }
 
@@ -159,6 +175,13 @@ func (l *Locker) Close() error {
 	return nil
 }
 
+// MaxTokenFloor is the highest token floor Acquire and WithLock accept.
+// Real tokens are microseconds since 1970 plus a count of grants (about
+// 1.8e15 in 2026), far below it; a floor above it is no token any tier
+// issued, and one near MaxInt64 would leave the name no token to grant
+// (the column is a signed 64-bit integer). A constant.
+const MaxTokenFloor = math.MaxInt64 / 2
+
 // validate checks Acquire's arguments; it returns whether the lock is
 // shared.
 func (l *Locker) validate(name string, set dlock.FallbackRequest, floor uint64) (bool, error) {
@@ -171,8 +194,8 @@ func (l *Locker) validate(name string, set dlock.FallbackRequest, floor uint64) 
 	if set.Lease < 0 {
 		return false, fmt.Errorf("%w: negative lease time %v", dlock.ErrInvalidArgument, set.Lease)
 	}
-	if floor >= math.MaxInt64 {
-		return false, fmt.Errorf("%w: token floor %d does not leave room in a signed 64-bit column", dlock.ErrInvalidArgument, floor)
+	if floor > MaxTokenFloor {
+		return false, fmt.Errorf("%w: token floor %d is above MaxTokenFloor (%d): it would leave the name few tokens to grant", dlock.ErrInvalidArgument, floor, uint64(MaxTokenFloor))
 	}
 	switch set.Kind {
 	case "", dlock.KindMutex, dlock.KindFair, dlock.KindWrite:

@@ -55,9 +55,11 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 // other caller.
 //
 // Tier order: the new token is greater than the options' dlock.TokenFloor
-// and, when ctx carries a dlock.Grant of the same name that is not one of
-// this Locker's holds (for example a Redis grant it is taken under), than
-// that grant's token. A dlock.Client built WithFallback passes both.
+// (at most MaxTokenFloor) and, when ctx carries a dlock.Grant of the same
+// name that a dlock hold attached (dlock.HeldGrantFrom: a Redis hold it is
+// taken under, say), than that grant's token. A grant made with
+// dlock.ContextWithGrant is no floor: its token is whatever its maker
+// wrote. A dlock.Client built WithFallback passes both.
 //
 // Safe for concurrent use.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...dlock.LockOption) error {
@@ -92,7 +94,10 @@ func (l *Locker) Run(ctx context.Context, set dlock.FallbackRequest, fn func(con
 		return fn(ctx)
 	}
 	floor := set.TokenFloor // dlock.TokenFloor: the Redis tier's last token
-	if g, ok := dlock.GrantFrom(ctx); ok && g.Name == name {
+	// Only a hold's own grant (dlock.HeldGrantFrom) is a floor: one made
+	// with dlock.ContextWithGrant may carry any token, and a floor near
+	// MaxInt64 would leave the name no token to grant ever again.
+	if g, ok := dlock.HeldGrantFrom(ctx); ok && g.Name == name {
 		floor = max(floor, g.Token)
 	}
 	h, err := l.Acquire(ctx, name, set, floor)

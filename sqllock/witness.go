@@ -13,7 +13,9 @@ import (
 // WitnessTable is the table in which Lockers record when each dlock Client
 // last reached Redis (dlock.RedisWitness, for dlock.FallbackStrict). It is
 // created on first use: client_key (a hash of the client id) and seen_us
-// (the database clock, in microseconds).
+// (the database clock, in microseconds). A database user without CREATE
+// needs it made by hand (see the package documentation); the Locker then
+// only reads and writes it.
 const WitnessTable = "dlock_redis_seen"
 
 var _ dlock.RedisWitness = (*Locker)(nil)
@@ -68,7 +70,7 @@ func (l *Locker) witnessTable(ctx context.Context) error {
 	default:
 		q = "CREATE TABLE IF NOT EXISTS " + WitnessTable + " (client_key TEXT PRIMARY KEY, seen_us BIGINT NOT NULL)"
 	}
-	if _, err := l.db.ExecContext(ctx, q); err != nil {
+	if err := createOrFind(ctx, l.db, q, "SELECT client_key, seen_us FROM "+WitnessTable+" WHERE 1 = 0"); err != nil {
 		return fmt.Errorf("sqllock: witness table: %w", err)
 	}
 	l.witnessReady.Store(true)

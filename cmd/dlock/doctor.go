@@ -52,6 +52,9 @@ marked ok, warn or fail:
   persistence  neither RDB nor AOF warns: a restart empties every lock
   replicas     connected replicas; with --replica-ack N, whether a write
                reaches N of them (dlock.WithReplicaAck)
+  listing      with --namespace: warns while this user may run PUBSUB
+               CHANNELS, PUBSUB SHARDCHANNELS or SCAN, which list other
+               tenants' lock names and client ids whatever the ACL patterns
   cluster      on a Cluster, every master answers
 
 What this user may not read (INFO or CONFIG refused by an ACL or a managed

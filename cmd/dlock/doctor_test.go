@@ -35,6 +35,9 @@ func doctorLines(t *testing.T, r result, names ...string) map[string]string {
 
 var doctorNames = []string{"version", "mode", "scripting", "pubsub", "keys", "eviction", "persistence", "replicas"}
 
+// nsDoctorNames are the checks under a namespace: the listing check too.
+var nsDoctorNames = append(doctorNames[:len(doctorNames):len(doctorNames)], "listing")
+
 // aclLogEmpty fails the test if r's ACL LOG has entries.
 func aclLogEmpty(t *testing.T, r *testenv.Redis) {
 	t.Helper()
@@ -66,11 +69,11 @@ func TestDoctorJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("%v:\n%s", err, r.stdout)
 	}
-	if out.Redis != shared.Addr() || out.Namespace != "svc" || out.Status.String() != "warn" || len(out.Checks) != len(doctorNames) {
+	if out.Redis != shared.Addr() || out.Namespace != "svc" || out.Status.String() != "warn" || len(out.Checks) != len(nsDoctorNames) {
 		t.Fatalf("JSON %+v", out)
 	}
 	for i, c := range out.Checks {
-		if c.Name != doctorNames[i] || c.Detail == "" {
+		if c.Name != nsDoctorNames[i] || c.Detail == "" {
 			t.Fatalf("check %d: %+v", i, c)
 		}
 	}
@@ -124,8 +127,8 @@ func TestDoctorRestrictedNamespace(t *testing.T) {
 	} {
 		r := dlockRun(t, []string{envNamespace + "=ns"}, run...)
 		wantCode(t, r, 0)
-		st := doctorLines(t, r, doctorNames...)
-		if st["eviction"] != "warn" || st["persistence"] != "warn" || st["keys"] != "ok" || st["pubsub"] != "ok" {
+		st := doctorLines(t, r, nsDoctorNames...)
+		if st["eviction"] != "warn" || st["persistence"] != "warn" || st["keys"] != "ok" || st["pubsub"] != "ok" || st["listing"] != "warn" {
 			t.Fatalf("statuses %v:\n%s", st, r.stdout)
 		}
 		aclLogEmpty(t, srv)

@@ -907,4 +907,13 @@ func TestCommandsUnderACL(t *testing.T) {
 		t.Fatalf("ACL LOG = %v, %v; want nothing denied", log, err)
 	}
 	wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", "a b", "inspect", "job"), 2)
+	// A namespace that would run as Lua, or nest in another, is refused
+	// before any network call, from the flag and from the environment.
+	for _, ns := range []string{"x'..redis.call('set','pwned','1').ok..'", `y\`, "ns:b"} {
+		wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", ns, "unlock", "--force", "job"), 2)
+		wantCode(t, dlockRun(t, []string{"DLOCK_NAMESPACE=" + ns}, "--redis", url, "unlock", "--force", "job"), 2)
+	}
+	if n := admin.Exists(ctx, "pwned").Val(); n != 0 {
+		t.Fatal("the namespace ran as Lua")
+	}
 }

@@ -290,6 +290,8 @@ func TestBadFlagsAreNamed(t *testing.T) {
 		{[]string{"bench", "-k", "0"}, "--grants (-k) must be at least 1"},
 		{[]string{"bench", "-l", "-1ms"}, "--hold (-l) must not be negative"},
 		{[]string{"run", "", "true"}, "NAME is empty"},
+		{[]string{"unlock", "--force", "dlock:fence:{acct}"}, `begins with "dlock:"`},
+		{[]string{"inspect", "a\x1b]0;pwned\x07"}, `"a\x1b]0;pwned\a" holds a control character`},
 		{[]string{"dashboard", "--interval", "1ms"}, "--interval must be at least"},
 		{[]string{"dashboard", "--max-locks", "0"}, "--max-locks must be 1 to"},
 		{[]string{"dashboard", "--metrics", "not a url"}, "--metrics"},

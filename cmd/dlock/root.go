@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,7 @@ const (
 	exitOK          = 0
 	exitFailure     = 1  // a failure not listed below
 	exitUsage       = 2  // bad flags, arguments or URL
+	exitNotLock     = 65 // unlock --force: NAME is not a lock, left intact (sysexits EX_DATAERR)
 	exitUnavailable = 69 // Redis could not be reached (sysexits EX_UNAVAILABLE)
 	exitNotAcquired = 75 // run: the lock was not acquired within --wait (EX_TEMPFAIL)
 	exitLost        = 76 // run: the lock was lost while CMD ran
@@ -145,6 +147,10 @@ func checkName(what, name string) error {
 		return usagef("%s %s is too long: %d bytes, the limit is %d", what, shortName(name), len(name), keys.MaxNameLen)
 	case !utf8.ValidString(name):
 		return usagef("%s %s is not valid UTF-8", what, shortName(name))
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return usagef("%s %s holds a control character", what, shortName(name))
+	case strings.HasPrefix(name, keys.ReservedPrefix):
+		return usagef("%s %s begins with %q, which only dlock's own keys do", what, shortName(name), keys.ReservedPrefix)
 	}
 	return usagef("%s %s: contains '}' outside a Redis hash tag {...}", what, shortName(name))
 }
@@ -202,12 +208,15 @@ server comes from --redis, else $DLOCK_REDIS_URL, else ` + DefaultRedisURL + `.
 ` + redisURLHelp + `
 
 A lock NAME is 1 to ` + strconv.Itoa(keys.MaxNameLen) + ` bytes of UTF-8 (longer names are refused before
-any network call); a '}' may only close a Redis hash tag, as in {order:42}.
+any network call) without control characters; a '}' may only close a Redis
+hash tag, as in {order:42}; names that begin with "` + keys.ReservedPrefix + `" are dlock's own keys.
+A --namespace is ASCII letters, digits, '_', '.' and '-'.
 
 Exit codes (each command's --help lists its own):
   0    done
   1    a failure not listed here
   2    bad flags, arguments, lock name or Redis URL
+  65   unlock --force: NAME is not a lock (left as it is)
   69   Redis could not be reached
   75   run: the lock was not acquired within --wait
   76   run: the lock was lost while CMD ran

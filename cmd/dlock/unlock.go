@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -28,8 +29,14 @@ is lost, at its next renewal (within a third of its TTL), and, if it uses
 dlock's loss signal, stops; until then two processes may both believe they
 hold it. Hence --force is required.
 
+NAME must be a lock: a key of another Redis type, or a hash whose fields are
+not a lock's (owners with hold counts, as dlock and Redisson write them), is
+left as it is, and the command exits 65. The check and the release are one
+script in Redis: nothing can change the key in between.
+
 Exit codes: 0 done (held or not), 2 without --force or with a bad name,
-69 Redis unreachable, 1 other failures (NAME is not a lock).`,
+65 NAME is not a lock (left as it is), 69 Redis unreachable, 1 other
+failures.`,
 		Example: `  dlock unlock --force nightly-report
   dlock --redis redis://10.0.0.5:6379/2 unlock --force coupon:issue:42`,
 		Args: wrapArgs(func(_ *cobra.Command, args []string) error {
@@ -73,11 +80,11 @@ Exit codes: 0 done (held or not), 2 without --force or with a bad name,
 func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, error) {
 	before, err := c.Inspect(ctx, name)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", name, err)
+		return "", notLock(fmt.Errorf("reading %s: %w", name, err))
 	}
 	held, err := c.Mutex(name).ForceUnlock(ctx)
 	if err != nil {
-		return "", fmt.Errorf("unlocking %s: %w", name, err)
+		return "", notLock(fmt.Errorf("unlocking %s: %w", name, err))
 	}
 	if !held {
 		return name + " was not held: nothing to do", nil
@@ -99,6 +106,14 @@ func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, 
 		msg += "; nobody was waiting"
 	}
 	return msg, nil
+}
+
+// notLock gives an error that says NAME is not a lock its own exit code.
+func notLock(err error) error {
+	if errors.Is(err, dlock.ErrNotLock) {
+		return exitf(exitNotLock, "%v", err)
+	}
+	return err
 }
 
 // holders lists a lock's holders for people.

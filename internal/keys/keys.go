@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -29,8 +30,9 @@ const MaxNameLen = 1024
 var ErrBadName = errors.New("invalid lock name")
 
 // Validate reports whether name can be used as a lock name: non-empty, at most
-// MaxNameLen bytes, valid UTF-8, and free of a '}' that is not closing a hash
-// tag (such a name has no companion key in its slot, see HashTag).
+// MaxNameLen bytes, valid UTF-8, free of control characters, not one of
+// dlock's own keys (ReservedPrefix), and free of a '}' that is not closing a
+// hash tag (such a name has no companion key in its slot, see HashTag).
 func Validate(name string) error {
 	switch {
 	case name == "":
@@ -40,10 +42,35 @@ func Validate(name string) error {
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: not valid UTF-8", ErrBadName)
 	}
+	if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return fmt.Errorf("%w: %q holds the control character %U", ErrBadName, name, r)
+	}
+	if reserved(name) {
+		return fmt.Errorf("%w: %q begins with %q, which only dlock's own keys do", ErrBadName, name, ReservedPrefix)
+	}
 	if _, ok := HashTag(name); !ok && strings.IndexByte(name, '}') >= 0 {
 		return fmt.Errorf("%w: %q contains '}' outside a Redis hash tag", ErrBadName, name)
 	}
 	return nil
+}
+
+// ReservedPrefix begins every key dlock makes beside a lock (its fencing
+// counter, queue, forced set, ...). A lock named like one of them would be
+// that key: Mutex("dlock:fence:{acct}") would make the fencing counter of
+// lock "acct" a hash, and every grant of "acct" would fail with WRONGTYPE.
+// So Validate refuses names that begin with it, but for an election's lock
+// (Companion(ElectionPrefix, name)): that is a Mutex hash, which the
+// Election handle takes by that name.
+const ReservedPrefix = "dlock:"
+
+// reserved reports whether name is one of dlock's own keys.
+func reserved(name string) bool {
+	if !strings.HasPrefix(name, ReservedPrefix) {
+		return false
+	}
+	_, election := NameFromCompanion(ElectionPrefix, name)
+	return !election
 }
 
 // HashTag returns the part of key that Redis Cluster hashes to pick a slot,

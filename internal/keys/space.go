@@ -1,9 +1,10 @@
 package keys
 
 import (
+	"errors"
 	"fmt"
 	"strings"
-	"unicode"
+	"unicode/utf8"
 )
 
 // Space is a namespace: every key and channel of a Client that uses it
@@ -18,23 +19,41 @@ type Space struct{ prefix string }
 // MaxNamespaceLen is the longest namespace NewSpace accepts, in bytes.
 const MaxNamespaceLen = 64
 
-// NewSpace returns the Space of namespace ns, or an error for a namespace
-// that is empty, longer than MaxNamespaceLen, or holds a character that
-// would change a key's hash tag or an ACL pattern: { } * ? [ ], whitespace
-// or a control character.
+// ErrBadNamespace is wrapped by every error NewSpace returns.
+var ErrBadNamespace = errors.New("invalid namespace")
+
+// NewSpace returns the Space of namespace ns, or an error wrapping
+// ErrBadNamespace for a namespace that is empty, longer than
+// MaxNamespaceLen, or holds anything but ASCII letters, digits, '_', '.'
+// and '-'.
+//
+// Why so few characters: a namespace is data, but the scripts' variants
+// splice it into their single-quoted channel literals (kind's script), so
+// every accepted namespace must be inert there: none of these characters
+// can end or escape a Lua string. And it has no ':', so the first ':' of a
+// namespaced key ends the namespace: no two (namespace, name) pairs share
+// a key ("a" with lock "b:x" would otherwise be "a:b" with lock "x", and
+// one tenant could break the other's locks). None of them is an ACL or
+// SCAN glob character or a hash-tag brace either.
 func NewSpace(ns string) (Space, error) {
 	switch {
 	case ns == "":
-		return Space{}, fmt.Errorf("empty namespace")
+		return Space{}, fmt.Errorf("%w: empty", ErrBadNamespace)
 	case len(ns) > MaxNamespaceLen:
-		return Space{}, fmt.Errorf("namespace of %d bytes, the limit is %d", len(ns), MaxNamespaceLen)
+		return Space{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadNamespace, len(ns), MaxNamespaceLen)
 	}
-	for _, r := range ns {
-		if strings.ContainsRune("{}*?[]", r) || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return Space{}, fmt.Errorf("namespace %q holds %q", ns, r)
+	for i := 0; i < len(ns); i++ {
+		if !namespaceByte(ns[i]) {
+			r, _ := utf8.DecodeRuneInString(ns[i:])
+			return Space{}, fmt.Errorf("%w: %q holds %q; a namespace has only ASCII letters, digits, '_', '.' and '-'", ErrBadNamespace, ns, r)
 		}
 	}
 	return Space{prefix: ns + ":"}, nil
+}
+
+// namespaceByte reports whether c may appear in a namespace.
+func namespaceByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
 // Prefix returns "ns:", or "" for no namespace.

@@ -1,23 +1,46 @@
 -- force: release the lock whoever holds it, and pass it to the next waiter.
 -- KEYS[4] the forced set dlock:forced:{name}
 -- ARGV[1] claim window ms, ARGV[2] fencing counter ttl ms.
--- Returns 1 when the lock was held, else 0. The owners it took the lock from
+-- Returns 1 when the lock was held, 0 when the key is absent, and
+-- NOT_HASH or NOT_LOCK, changing nothing, when KEYS[1] is not a lock.
+-- The owners it took the lock from
 -- are remembered in KEYS[4] for a fencing counter's lifetime, so that they
 -- learn it was forced.
 -- Each evicted owner's client is told at once on its client channel
 -- ("forced <lock key>", keys.ForcedMessage), once per client; the message is
 -- a hint only: the client asks Redis, which answers from KEYS[4].
-if redis.call('exists', KEYS[1]) == 0 then return 0 end
-local fields = redis.call('hkeys', KEYS[1])
+local NOT_HASH, NOT_LOCK = -1, -2
+local t = redis.call('type', KEYS[1]).ok
+if t == 'none' then return 0 end
+if t ~= 'hash' then return NOT_HASH end
+-- A lock's hash (Redisson's layouts, dlock's the same) holds owner fields
+-- "<client id>:<n>" (a writer's "<client id>:<n>:write") with an integer
+-- hold count, a read-write lock's 'mode' ('read' or 'write'), and an
+-- election's 'leader' ("<token> <value>"). Anything else is someone's data,
+-- which a force must not destroy: it is decided here, in the script, so that
+-- nothing can change the key between the look and the deletion.
+local all = redis.call('hgetall', KEYS[1])
+local fields = {}
+for i = 1, #all, 2 do
+  local f, v = all[i], all[i + 1]
+  local ok
+  if f == 'mode' then
+    ok = v == 'read' or v == 'write'
+  elseif f == 'leader' then
+    ok = string.match(v, '^%d+ ') ~= nil
+  else
+    ok = (string.match(f, '^.+:%d+$') or string.match(f, '^.+:%d+:write$')) and string.match(v, '^%d+$')
+    fields[#fields + 1] = f
+  end
+  if not ok then return NOT_LOCK end
+end
 local told = {}
 for _, f in ipairs(fields) do
-  if f ~= 'mode' then
-    redis.call('sadd', KEYS[4], f)
-    local cid = string.match(f, '^([^:]+):') -- client ids have no ':'
-    if cid and not told[cid] then
-      told[cid] = true
-      publish('dlock:client:' .. cid, 'forced ' .. KEYS[1])
-    end
+  redis.call('sadd', KEYS[4], f)
+  local cid = string.match(f, '^([^:]+):') -- client ids have no ':'
+  if cid and not told[cid] then
+    told[cid] = true
+    publish('dlock:client:' .. cid, 'forced ' .. KEYS[1])
   end
 end
 redis.call('pexpire', KEYS[4], ARGV[2])

@@ -170,8 +170,15 @@ func (p *Latch) wait(ctx context.Context) error {
 	recheck := time.NewTimer(p.e.Cfg.Recheck)
 	defer recheck.Stop()
 	for {
-		if n, err := p.count(ctx); err != nil || n <= 0 {
+		n, err := p.count(ctx)
+		if err != nil {
 			return err
+		}
+		// A scout's read tells the other waiters whether to read too
+		// (notify's scout.go).
+		hub.Tried(w, n <= 0)
+		if n <= 0 {
+			return nil
 		}
 		select {
 		case <-w.C:

@@ -166,15 +166,31 @@ func (p *Mutex) Renewal(l *lease.Lease) renew.Entry {
 }
 
 // Force releases the lock whoever holds it, passes it to the next waiter
-// and tells the evicted owners; it reports whether the lock was held.
+// and tells the evicted owners; it reports whether the lock was held. A
+// key that is not a lock (force.lua decides, atomically) is left as it is,
+// with an error wrapping lease.ErrNotLock.
 func (p *Mutex) Force(ctx context.Context) (bool, error) {
 	a := &p.e.Args
 	keys := []any{p.ks.Lock, p.ks.Fence, p.ks.Queue, p.ks.Forced}
 	n, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (int64, error) {
 		return scriptForce.Run(ctx, p.e.Wire, keys, a.ClaimMs, a.FenceTTLMs).Int64()
 	}, nil)
-	return n == 1, err
+	switch {
+	case err != nil:
+		return false, err
+	case n == forceNotHash:
+		return false, fmt.Errorf("%w: %q is another Redis type than a hash; left as it is", lease.ErrNotLock, p.name)
+	case n == forceNotLock:
+		return false, fmt.Errorf("%w: %q is a hash whose fields are not a lock's (owners with hold counts); left as it is", lease.ErrNotLock, p.name)
+	}
+	return n == 1, nil
 }
+
+// force.lua's replies for a key that is not a lock (NOT_HASH, NOT_LOCK).
+const (
+	forceNotHash = -1
+	forceNotLock = -2
+)
 
 // msDuration is a script's millisecond count as a duration, or -1 when the
 // script said "unknown" (a negative count).

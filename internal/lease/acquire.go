@@ -185,6 +185,9 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 		if err != nil {
 			return a.failed(ctx, err, left)
 		}
+		// A scout's attempt tells the other readers whether to try too
+		// (notify's scout.go).
+		a.h.e.hub.Tried(a.w, r.Granted)
 		if r.Granted {
 			// Taken by our own attempt, or handed to us: either way the
 			// attempt gave the lease its TTL after sent, and the token is

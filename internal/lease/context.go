@@ -34,7 +34,7 @@ func (h *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	ctx, cancel := context.WithCancelCause(parent)
 	prev, _ := parent.Value(holdsKey{h.e}).(*ctxHolds)
 	ctx = context.WithValue(ctx, holdsKey{h.e}, &ctxHolds{h: h, prev: prev})
-	ctx = ContextWithGrant(ctx, h.Grant())
+	ctx = ContextWithHeldGrant(ctx, h.Grant())
 	h.OnEnded(func(err error) {
 		if err == nil {
 			err = ErrReleased

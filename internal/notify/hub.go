@@ -10,7 +10,11 @@
 // Every message is a wake-up and nothing more: the woken waiter's next
 // attempt in Redis tells whether it holds. Anyone who may PUBLISH on the
 // same Redis can send any message on these channels; the worst a message can
-// do is cost one waiter one attempt. Lock channels are reference counted and stay
+// do is cost one waiter one attempt. A message that may let many waiters
+// through at once ("1" to readers, any message to a latch's waiters) wakes
+// one of them first, and the rest only when its attempt got through
+// (scout.go): one message costs a process one attempt per kind of waiter,
+// not one per goroutine. Lock channels are reference counted and stay
 // subscribed for a short linger after their last waiter leaves, so that a
 // process that waits on the same hot lock again and again does not pay a
 // SUBSCRIBE and an UNSUBSCRIBE each time.
@@ -85,7 +89,11 @@ type channel struct {
 	refs      int
 	confirmed bool
 	waiters   []*Waiter
-	linger    *time.Timer
+	// rounds are the scouting rounds of the waiters that one message may
+	// all let through (readers, latch waiters), one per such mode
+	// (scout.go).
+	rounds [2]round
+	linger *time.Timer
 	// ready is closed at the first confirmation of a slot's client channel
 	// (sharded mode), which Join waits for.
 	ready chan struct{}
@@ -305,6 +313,7 @@ func (h *Hub) Leave(w *Waiter) {
 				break
 			}
 		}
+		ch.scoutLeft(w)
 	}
 	h.unref(w.channel)
 	if w.clientCh != "" {
@@ -521,11 +530,9 @@ func (h *Hub) confirmed(name string, again bool) {
 		if ch.confirmed || again {
 			h.wakeChannel(name, ch)
 		} else {
-			for _, w := range ch.waiters {
-				if w.mode == every {
-					w.wake()
-				}
-			}
+			// One of them reads for all (scout.go): they all read the
+			// same key.
+			ch.broadcast(every)
 		}
 		ch.confirmed = true
 		if ch.ready != nil {
@@ -569,49 +576,43 @@ func (h *Hub) dispatch(name, payload string) {
 	}
 }
 
-// dispatch wakes ch's waiters for a message: every waiter that hears all
-// messages (JoinAll), and the others as the payload says. The caller holds
-// the Hub's mu.
+// dispatch wakes ch's waiters for a message: those that hear all messages
+// (JoinAll), and the others as the payload says. Where a message may let
+// several waiters through, it wakes one of them, the scout, and the others
+// only once the scout's attempt shows the message was true (scout.go): a
+// message costs a process one attempt per mode of waiter, not one per
+// waiter, whoever sent it. The caller holds the Hub's mu.
 func (ch *channel) dispatch(payload string) {
-	for _, w := range ch.waiters {
-		if w.mode == every {
-			w.wake()
-		}
-	}
+	ch.broadcast(every)
 	switch payload {
 	case "0": // one holder released: one local waiter may proceed
-		found := false
-		for _, w := range ch.waiters {
-			if w.mode != exclusive {
-				continue
-			}
-			found = true
-			if w.wake() {
-				return
-			}
-		}
-		if found {
+		if ch.wakeOne(exclusive) {
 			return
 		}
 		// Only waiters that share: they may all proceed together.
-		for _, w := range ch.waiters {
-			if w.mode == shared {
-				w.wake()
-			}
-		}
+		ch.broadcast(shared)
 	case "1":
-		// Read holds released: every local waiter may proceed, on a
-		// read-write lock's channel (where readers wait). Elsewhere nothing
-		// real sends "1", and one forged message must not wake every
-		// waiter: it wakes one, as "0" does.
-		readers := false
-		for _, w := range ch.waiters {
-			readers = readers || w.mode == shared
+		// Read holds released, or a writer's lock: on a read-write lock's
+		// channel every local reader may proceed, and one writer. Elsewhere
+		// nothing real sends "1", and it wakes one waiter, as "0" does.
+		ch.wakeOne(exclusive)
+		ch.broadcast(shared)
+	}
+}
+
+// wakeOne wakes the first waiter of mode m that is not already woken, and
+// reports whether there was a waiter of mode m at all. The caller holds the
+// Hub's mu.
+func (ch *channel) wakeOne(m mode) bool {
+	found := false
+	for _, w := range ch.waiters {
+		if w.mode != m {
+			continue
 		}
-		for _, w := range ch.waiters {
-			if w.mode != every && w.wake() && !readers {
-				return
-			}
+		found = true
+		if w.wake() {
+			return true
 		}
 	}
+	return found
 }

@@ -1,6 +1,9 @@
 package notify
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Waiter is one goroutine's registration with a Hub. Its owner goroutine
 // receives from C and then calls Take; the Hub sets its state.
@@ -19,6 +22,13 @@ type Waiter struct {
 	clientCh string // sharded mode: the client channel of the lock's slot
 	mode     mode
 	left     bool // guarded by the Hub's mu
+	// scouting: the waiter was woken to try for the others of its mode
+	// (scout.go); written under the Hub's mu, read by Tried without it.
+	scouting atomic.Bool
+	// armed: a scout took its wake-up (Take), so its next attempt is after
+	// the message and tells for the others; an attempt already under way
+	// when it became the scout does not.
+	armed atomic.Bool
 
 	mu      sync.Mutex
 	retry   bool
@@ -51,6 +61,9 @@ func (w *Waiter) Take() Event {
 	defer w.mu.Unlock()
 	e := Event{Retry: w.retry, Handoff: w.handoff, Closed: w.closed}
 	w.retry, w.handoff = false, false
+	if e.Retry && w.scouting.Load() {
+		w.armed.Store(true)
+	}
 	return e
 }
 

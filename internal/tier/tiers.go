@@ -146,7 +146,7 @@ func (t *Tiers) onRedis(ctx context.Context, req Request, start time.Time, done 
 		err := t.cfg.Fallback.Run(fctx, sreq, func(sctx context.Context) error {
 			tok := tokenFrom(sctx)
 			t.raiseRedisToken(sctx, req.Name, tok)
-			return fn(lease.ContextWithGrant(sctx, lease.Grant{Name: req.Name, Token: tok, Backend: lease.BackendRedis}))
+			return fn(lease.ContextWithHeldGrant(sctx, lease.Grant{Name: req.Name, Token: tok, Backend: lease.BackendRedis}))
 		})
 		if err != nil && fctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrLockLost) {
 			err = context.Cause(fctx) // the Redis hold was lost while waiting
