@@ -211,3 +211,29 @@ func clusterNode(ctx context.Context, c redis.UniversalClient) bool {
 	info, err := c.Info(ctx, "cluster").Result()
 	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
+
+// notServing are the error replies of a Redis that is there but cannot serve
+// for now: they exit 69 like no answer at all, since retrying later helps.
+var notServing = []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"}
+
+// failure is the exit error for err, a failed use of Redis at t. An error
+// reply is Redis's own answer, quoted, never "cannot reach": a refusal (a
+// wrong password, an ACL denial, any other reply) exits 77, a server that
+// says it cannot serve now 69. Anything else got no answer from Redis and is
+// described by format and args (exit 69).
+func (t *target) failure(err error, format string, args ...any) error {
+	var reply redis.Error
+	if !errors.As(err, &reply) || errors.Is(err, redis.Nil) {
+		return exitf(exitUnavailable, format, args...)
+	}
+	for _, p := range notServing {
+		if redis.HasErrorPrefix(reply, p) {
+			return exitf(exitUnavailable, "Redis at %s cannot serve now: %v", t.where(), reply)
+		}
+	}
+	hint := ""
+	if redis.HasErrorPrefix(reply, "WRONGPASS") || redis.HasErrorPrefix(reply, "NOAUTH") {
+		hint = " (check the user and password in --redis)"
+	}
+	return exitf(exitRefused, "Redis at %s refused dlock: %v%s", t.where(), reply, hint)
+}

@@ -30,6 +30,7 @@ const (
 	exitUnavailable = 69 // Redis could not be reached (sysexits EX_UNAVAILABLE)
 	exitNotAcquired = 75 // run: the lock was not acquired within --wait (EX_TEMPFAIL)
 	exitLost        = 76 // run: the lock was lost while CMD ran
+	exitRefused     = 77 // Redis answered with an error: a wrong password, an ACL denial (EX_NOPERM)
 )
 
 // DefaultRedisURL is used when neither --redis nor DLOCK_REDIS_URL is set
@@ -217,9 +218,12 @@ Exit codes (each command's --help lists its own):
   1    a failure not listed here
   2    bad flags, arguments, lock name or Redis URL
   65   unlock --force: NAME is not a lock (left as it is)
-  69   Redis could not be reached
+  69   Redis could not be reached (no answer), or answered that it cannot
+       serve now (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN)
   75   run: the lock was not acquired within --wait
   76   run: the lock was lost while CMD ran
+  77   Redis refused: a wrong password (WRONGPASS), none given (NOAUTH), an
+       ACL denial (NOPERM) or another error reply, quoted in the message
   run also exits with CMD's own code.`,
 		Example: `  # See the race a lock prevents, on an embedded Redis (nothing to install):
   dlock demo
@@ -279,7 +283,7 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *target, erro
 		return nil, nil, err
 	}
 	if err := t.probe(ctx); err != nil {
-		return nil, nil, exitf(exitUnavailable, "cannot reach Redis at %s: %v", t.where(), err)
+		return nil, nil, t.failure(err, "cannot reach Redis at %s: %v", t.where(), err)
 	}
 	return t.client(false), t, nil
 }

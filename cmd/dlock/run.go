@@ -56,8 +56,21 @@ group gets SIGTERM, then SIGKILL after --grace; a third sends SIGKILL at
 once. dlock still releases the lock and exits with CMD's code.
 
 If the lock is lost while CMD runs (someone ran "dlock unlock --force", Redis
-lost the key, renewal failed for a whole TTL, or the --lease ran out), CMD gets
-SIGTERM, then SIGKILL after --grace, and dlock exits 76.
+lost the key, renewal failed for a whole TTL, or the --lease ran out), dlock
+says why, CMD gets SIGTERM, then SIGKILL after --grace, and dlock exits 76.
+
+Every phase is bounded, and what ends one is said on stderr:
+  - the PING that checks Redis: up to ` + pingTimeout.String() + `;
+  - the lock: up to --wait; a Redis that does not answer meanwhile ends
+    the wait with exit 69 (within --wait and a second);
+  - CMD: as long as it runs, or until --lease runs out; a Redis that stops
+    answering costs the lock within --watchdog;
+  - a lost lock: SIGTERM to CMD at once, SIGKILL --grace later;
+  - after CMD: the release waits up to ` + releaseTimeout.String() + ` for Redis (announced after
+    ` + releaseNotice.String() + `), then closing takes up to ` + closeTimeout.String() + `: dlock exits at most
+    ` + (releaseTimeout + closeTimeout).String() + ` after CMD does. A lock it could not release expires by its
+    TTL in Redis (at most --watchdog, or --lease); a signal meanwhile gives
+    up the release at once.
 
 --fair takes the lock as a fair lock (dlock's FairMutex, Redisson's
 RFairLock): waiters are served in the order they arrived, across machines, and
@@ -72,7 +85,10 @@ Exit codes:
   75            NAME was not acquired within --wait
   76            the lock was lost while CMD ran
   2             bad flags or arguments (no NAME, no CMD, a negative duration)
-  69            Redis could not be reached
+  69            Redis could not be reached, or did not answer while dlock
+                waited for NAME (or said LOADING, BUSY, MASTERDOWN, ...)
+  77            Redis refused: a wrong password (WRONGPASS), none given
+                (NOAUTH), an ACL denial (NOPERM); its reply is quoted
   126, 127      CMD could not be run / was not found
   128+N         dlock was interrupted by signal N while waiting
   1             any other failure`,
@@ -146,12 +162,13 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	rdb, _, err := a.connect(ctx)
+	rdb, t, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	c, err := dlock.New(rdb, append(a.clientOptions(), dlock.WithWatchdogTimeout(f.watchdog))...)
+	opts := append(a.clientOptions(), dlock.WithWatchdogTimeout(f.watchdog), dlock.WithCloseTimeout(closeTimeout))
+	c, err := dlock.New(rdb, opts...)
 	if err != nil {
 		return err
 	}
@@ -159,6 +176,11 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 	var m heldLock = c.Mutex(name)
 	if f.fair {
 		m = c.FairMutex(name)
+	}
+	// What becomes of a lock left in Redis, for the messages.
+	ttl := fmt.Sprintf("at most --watchdog, %v", f.watchdog)
+	if f.lease > 0 {
+		ttl = fmt.Sprintf("at most --lease, %v", f.lease)
 	}
 
 	// Wait for the lock; a signal meanwhile gives up.
@@ -180,29 +202,26 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 	cancel()
 	if interrupted != nil {
 		if ok {
-			_ = m.Unlock(context.WithoutCancel(ctx))
+			_ = a.release(ctx, m, name, fmt.Sprintf("interrupted by %v", interrupted), ttl, sigs)
 		}
 		return exitf(signalCode(interrupted), "interrupted by %v while waiting for %s", interrupted, shortName(name))
 	}
 	switch {
+	case errors.Is(err, dlock.ErrUnavailable):
+		return exitf(exitUnavailable, "no answer from Redis at %s to the lock call for %s (--wait %v)", t.where(), shortName(name), f.wait)
 	case err != nil:
-		return fmt.Errorf("acquiring %s: %w", shortName(name), err)
+		return t.failure(err, "acquiring %s: %v", shortName(name), err)
 	case !ok:
 		return exitf(exitNotAcquired, "%s not acquired within %v: another owner holds it", name, f.wait)
 	}
 
-	code, lostMsg := a.supervise(m, name, argv, f.grace, sigs)
-
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer ucancel()
-	uerr := m.Unlock(uctx)
+	code, lost := a.supervise(m, name, argv, f.grace, sigs)
+	uerr := a.release(ctx, m, name, argv[0]+" exited", ttl, sigs)
 	switch {
-	case lostMsg != "":
-		return exitf(exitLost, "%s", lostMsg)
-	case errors.Is(uerr, dlock.ErrLockLost):
-		return exitf(exitLost, "lost the lock %s before %s finished: %v", name, argv[0], uerr)
-	case uerr != nil:
-		fmt.Fprintf(a.stderr, "dlock: releasing %s failed (it expires by its TTL): %s\n", name, oneLine(uerr.Error()))
+	case lost:
+		return exitf(exitLost, "lost the lock %s while %s was running", name, argv[0])
+	case errors.Is(uerr, dlock.ErrLockLost) && !errors.Is(uerr, dlock.ErrReleaseFailed):
+		return exitf(exitLost, "lost the lock %s before %s finished: %s", name, argv[0], lossReason(uerr))
 	}
 	if code != 0 {
 		return &exitError{code: code}
@@ -234,11 +253,11 @@ func startChild(cmd *exec.Cmd) (<-chan error, error) {
 	return exited, nil
 }
 
-// supervise runs CMD while m is held and returns its exit code, or, when the
-// lock was lost meanwhile, the message to print (CMD has then been stopped).
+// supervise runs CMD while m is held and returns its exit code and whether
+// the lock was lost meanwhile (CMD was then told to stop, and why printed).
 // The first signal in sigs is passed on to CMD; the second sends SIGTERM and,
 // after grace, SIGKILL; a third SIGKILL at once.
-func (a *app) supervise(m heldLock, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, string) {
+func (a *app) supervise(m heldLock, name string, argv []string, grace time.Duration, sigs <-chan os.Signal) (int, bool) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
 	exited, err := startChild(cmd)
@@ -248,7 +267,7 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 			code = 127
 		}
 		fmt.Fprintf(a.stderr, "dlock: cannot run %s: %s\n", argv[0], oneLine(err.Error()))
-		return code, ""
+		return code, false
 	}
 
 	done := m.Done()
@@ -267,7 +286,7 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 			kill = killTimer.C
 		}
 	}
-	var lostMsg string
+	lost := false
 	signals := 0
 	for {
 		select {
@@ -291,15 +310,15 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 			if cause == nil {
 				continue // cannot happen while held; be safe
 			}
-			lostMsg = fmt.Sprintf("lost the lock %s while %s was running (%s); stopped it", name, argv[0], oneLine(cause.Error()))
-			fmt.Fprintf(a.stderr, "dlock: lost the lock %s; sending SIGTERM to %s, SIGKILL in %v\n", name, argv[0], grace)
+			lost = true
+			fmt.Fprintf(a.stderr, "dlock: lost the lock %s: %s; sending SIGTERM to %s, SIGKILL in %v\n", name, lossReason(cause), argv[0], grace)
 			terminate()
 		case <-kill:
 			kill = nil
 			fmt.Fprintf(a.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], grace)
 			_ = signalChild(cmd, syscall.SIGKILL)
 		case err := <-exited:
-			return exitCode(err), lostMsg
+			return exitCode(err), lost
 		}
 	}
 }
