@@ -44,8 +44,9 @@ func listed(info dlock.LockInfo) listedState {
 	return st
 }
 
-// inspectAll lists everything Client.Locks finds.
-func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
+// inspectAll lists everything Client.Locks finds (LocksWithHistory's, with
+// history).
+func (a *app) inspectAll(ctx context.Context, match string, history, asJSON bool) error {
 	rdb, _, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -56,7 +57,11 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool) error {
 		return err
 	}
 	defer locks.Close()
-	infos, err := locks.Locks(ctx, match)
+	list := locks.Locks
+	if history {
+		list = locks.LocksWithHistory
+	}
+	infos, err := list(ctx, match)
 	if err != nil {
 		return err
 	}
