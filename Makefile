@@ -9,7 +9,10 @@
 #   make test-fips - the library under GODEBUG=fips140=only: TestFIPS140Only
 #                 (part of make test) runs a lock cycle in a child process
 #                 in that mode against a private redis-server
-#   make bench  - run the benchmark program (separate module in bench/)
+#   make bench  - run the benchmark program (separate module in bench/);
+#                 its files go to bench/out/ (ignored by git)
+#   make bench-results - regenerate the committed bench/RESULTS.md,
+#                 results.json and results.svg (about 10 minutes on 2 cores)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
 #   make lint   - fmt check + go vet
 
@@ -26,7 +29,7 @@ PKGS ?= ./...
 # go.mod (go.work joins them for development).
 MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 
-.PHONY: all deps vet test test-fips install-test bench fmt fmt-fix lint
+.PHONY: all deps vet test test-fips install-test bench bench-results fmt fmt-fix lint
 
 all: test
 
@@ -49,6 +52,10 @@ install-test:
 
 bench: deps
 	cd bench && $(GO) run .
+
+# The generation command bench/README.md names, into the committed files.
+bench-results: deps
+	cd bench && $(GO) run . -scenarios uncontended,hotkey,ceiling,scale,cost -out .
 
 # Lists every .go file (bench/ included) outside .git and vendor/.
 GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path '*/vendor/*')
