@@ -240,7 +240,11 @@ func printState(w io.Writer, st lockState) {
 	for _, h := range st.Holders {
 		held := ""
 		if h.Renewals > 0 {
-			held = fmt.Sprintf("  held for %v, %d renewals", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals)
+			unit := "renewals"
+			if h.Renewals == 1 {
+				unit = "renewal"
+			}
+			held = fmt.Sprintf("  held for %v, %d %s", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals, unit)
 		}
 		fmt.Fprintf(w, "  holder  %s  count %d%s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, held, h.Owner)
 	}

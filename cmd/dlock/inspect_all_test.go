@@ -159,3 +159,14 @@ func TestInspectAllOwnKeysAndHistory(t *testing.T) {
 	wantCode(t, res, exitUsage)
 	usageErr(t, res, "inspect needs a lock NAME, or --all to list every lock")
 }
+
+// A hold renewed once reads "1 renewal", not "1 renewals".
+func TestInspectRenewalsCount(t *testing.T) {
+	for n, want := range map[int64]string{1: "held for 10s, 1 renewal ", 2: "held for 20s, 2 renewals "} {
+		var b strings.Builder
+		printState(&b, lockState{Name: "x", Locked: true, Holders: []holder{{Owner: "o:1", Count: 1, HeldForMs: n * 10000, Renewals: n}}})
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%d renewals: %q lacks %q", n, b.String(), want)
+		}
+	}
+}
