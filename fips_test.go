@@ -48,7 +48,7 @@ func TestFIPS140OnlyChild(t *testing.T) {
 	defer func() { reportAtFirstContact = false }()
 	ctx := ctxT(t)
 	for _, opts := range [][]Option{nil, {WithNamespace("fips")}} {
-		c := newClient(t, shared, append(opts, WithWatchdogTimeout(300*time.Millisecond))...)
+		c := newClient(t, shared, append(opts, WithWatchdogTimeout(1500*time.Millisecond))...)
 		for i := range 3 {
 			m := c.Mutex("fips:cycle")
 			mustLock(t, m)
@@ -56,7 +56,7 @@ func TestFIPS140OnlyChild(t *testing.T) {
 				if err := rdbFor(t, shared).ScriptFlush(ctx).Err(); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(250 * time.Millisecond) // renewals, after the flush
+				time.Sleep(700 * time.Millisecond) // a renewal (every 500 ms) after the flush
 			}
 			mustUnlock(t, m)
 		}

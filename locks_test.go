@@ -135,7 +135,7 @@ func TestLocksListsNoCompanionKeys(t *testing.T) {
 	ctx := ctxT(t)
 	rdb := rdbFor(t, r)
 	for _, ns := range []string{"", "own"} {
-		opts := []Option{WithWatchdogTimeout(600 * time.Millisecond)}
+		opts := []Option{WithWatchdogTimeout(1500 * time.Millisecond)} // the first renewal, at 500 ms, writes the record
 		prefix := ""
 		if ns != "" {
 			opts, prefix = append(opts, WithNamespace(ns)), ns+":"

@@ -118,7 +118,7 @@ func TestInspectAll(t *testing.T) {
 // locked". inspect with neither NAME nor --all says what it needs.
 func TestInspectAllOwnKeysAndHistory(t *testing.T) {
 	r := testenv.StartRedis(t)
-	c := newClient(t, r, dlock.WithWatchdogTimeout(600*time.Millisecond))
+	c := newClient(t, r, dlock.WithWatchdogTimeout(1500*time.Millisecond))
 	ctx := ctxT(t)
 	m := c.Mutex("own:held")
 	if err := m.Lock(ctx); err != nil {
