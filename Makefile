@@ -6,7 +6,13 @@
 #   make install-test - go install of the CLI at the next release's version
 #                 from a temporary clone, offline (.ci/install-test.sh); also
 #                 fails if building the modules changes a tracked file
-#   make bench  - run the benchmark program (separate module in bench/)
+#   make test-fips - the library under GODEBUG=fips140=only: TestFIPS140Only
+#                 (part of make test) runs a lock cycle in a child process
+#                 in that mode against a private redis-server
+#   make bench  - run the benchmark program (separate module in bench/);
+#                 its files go to bench/out/ (ignored by git)
+#   make bench-results - regenerate the committed bench/RESULTS.md,
+#                 results.json and results.svg (about 10 minutes on 2 cores)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
 #   make lint   - fmt check + go vet
 
@@ -23,7 +29,7 @@ PKGS ?= ./...
 # go.mod (go.work joins them for development).
 MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 
-.PHONY: all deps vet test install-test bench fmt fmt-fix lint
+.PHONY: all deps vet test test-fips install-test bench bench-results fmt fmt-fix lint
 
 all: test
 
@@ -37,12 +43,19 @@ test: deps vet
 	@set -e; for m in $(MODULES); do echo "go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) $(PKGS)); done
 	@$(MAKE) --no-print-directory install-test
 
+test-fips:
+	$(GO) test -race -count=1 -run '^TestFIPS140Only$$' .
+
 # make test runs it last, once the unit tests have passed.
 install-test:
 	@bash .ci/install-test.sh
 
 bench: deps
 	cd bench && $(GO) run .
+
+# The generation command bench/README.md names, into the committed files.
+bench-results: deps
+	cd bench && $(GO) run . -scenarios uncontended,hotkey,ceiling,scale,cost -out .
 
 # Lists every .go file (bench/ included) outside .git and vendor/.
 GOFILES = $(shell find . -name '*.go' -not -path './.git/*' -not -path '*/vendor/*')

@@ -48,7 +48,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: sharded pub/sub needs a *redis.ClusterClient", ErrInvalidArgument)
 	}
 	c := &Client{cfg: cfg}
-	cfg.Renew, cfg.Touch, cfg.Report = kind.Renewer(cfg.Space), kind.Touch, reportAtFirstContact
+	cfg.Renew, cfg.Touch = kind.Renewer(cfg.Space), kind.Touch
+	cfg.Report = cfg.Report && reportAtFirstContact
 	cfg.RenewFailed = func(_ int, err error) {
 		if c.fallback != nil && tier.IsInfrastructure(err) {
 			c.fallback.RedisFailed() // holders too must see the outage

@@ -46,11 +46,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // Locks lists the locks, elections, semaphores and latches dlock knows of in Redis
 // (every master of a Cluster) whose names match the Redis glob pattern match
 // ("" or "*" for all; read as the server's SCAN MATCH reads it, matched
-// without backtracking, at most 4096 bytes or ErrInvalidArgument): held
-// ones, and ones with a fencing counter alive
-// (they were held in the last 24h). It finds them with SCAN in pages of
-// discover.ScanCount (never KEYS), one HRANDFIELD per hash (pipelined per
-// page) to tell lock hashes from other hashes, and then reads each one in
+// without backtracking, at most 4096 bytes or ErrInvalidArgument) and that
+// are in use now: locks and elections held or led, semaphores with permits
+// taken, latches armed. dlock's own keys beside them (fencing counters,
+// queues, records of long holds) are never listed as names;
+// LocksWithHistory adds the names used lately. It finds them with SCAN in
+// pages of discover.ScanCount (never KEYS), one HRANDFIELD per hash
+// (pipelined per page) to tell lock hashes from other hashes, and then
+// reads each one in
 // one MULTI, as Inspect does; it changes nothing. The result is sorted by
 // Type, then Name. Cost grows with the number of keys in Redis: this is a
 // tool for operators, not for a request path. When ctx ends, Locks returns
@@ -62,5 +65,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // latch's, Count and TTL (latches dlock's TrySetCount armed: see
 // CountDownLatch). Inspect reads locks only.
 func (c *Client) Locks(ctx context.Context, match string) ([]LockInfo, error) {
-	return kind.Locks(ctx, c.e, match)
+	return kind.Locks(ctx, c.e, match, false)
+}
+
+// LocksWithHistory is Locks plus the locks and elections nobody holds now
+// whose fencing counter is alive: used within its TTL (24 h by default),
+// each listed not Locked, with the last Token issued. On a Redis with many
+// names this list is long; it costs one more SCAN of the keyspace. Safe for
+// concurrent use.
+func (c *Client) LocksWithHistory(ctx context.Context, match string) ([]LockInfo, error) {
+	return kind.Locks(ctx, c.e, match, true)
 }

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,7 +12,8 @@ import (
 // Locks finds every lock, election, semaphore and latch by SCAN (never
 // KEYS), with holders, TTLs and waiters, and filters by a glob. A latch is
 // found by its marker: one Redisson armed (no marker), and a marker whose
-// count is gone, are not listed.
+// count is gone, are not listed; a lock released earlier is listed only by
+// LocksWithHistory.
 func TestLocksListsEverything(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
@@ -85,14 +88,11 @@ func TestLocksListsEverything(t *testing.T) {
 	for _, info := range all {
 		got[info.Type+" "+info.Name] = info
 	}
-	if len(got) != 5 {
+	if len(got) != 4 || got["lock job:was-held"].Name != "" {
 		t.Fatalf("found %v", all)
 	}
 	if l := got["lock job:mutex"]; !l.Locked || len(l.Holders) != 1 || l.Holders[0].Owner != m.Owner() || l.TTL <= 0 || len(l.Waiters) != 1 {
 		t.Errorf("mutex %+v", l)
-	}
-	if l := got["lock job:was-held"]; l.Locked || l.Token == 0 {
-		t.Errorf("released lock %+v", l)
 	}
 	if l := got["election job:leader"]; !l.Locked || l.Leader != "host-a" || len(l.Holders) != 1 || l.TTL <= 0 || len(l.Waiters) != 1 {
 		t.Errorf("election %+v", l)
@@ -110,9 +110,62 @@ func TestLocksListsEverything(t *testing.T) {
 	if len(some) != 3 || some[0].Name != "job:leader" || some[1].Name != "job:latch" || some[2].Name != "job:sem" {
 		t.Fatalf("Locks(job:[ls]*) = %+v", some)
 	}
+	history, err := a.LocksWithHistory(ctx, "job:was-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(history) != 1 || history[0].Name != "job:was-held" || history[0].Locked || history[0].Token == 0 {
+		t.Fatalf("released lock %+v", history)
+	}
 	//lint:ignore SA1012 nil context on purpose
 	if _, err := a.Locks(nil, ""); !errors.Is(err, ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("nil ctx: %v", err)
 	}
 	stop()
+}
+
+// Locks lists what is locked now, and never dlock's own keys: the record
+// of long holds that renewals write beside a lock (dlock:held:{name}, a
+// hash whose fields look like a lock's owners) was listed as a second,
+// locked lock, and every name used in the last 24 h as "not locked" (its
+// fencing counter). LocksWithHistory adds those names on request. With and
+// without a namespace.
+func TestLocksListsNoCompanionKeys(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	for _, ns := range []string{"", "own"} {
+		opts := []Option{WithWatchdogTimeout(1500 * time.Millisecond)} // the first renewal, at 500 ms, writes the record
+		prefix := ""
+		if ns != "" {
+			opts, prefix = append(opts, WithNamespace(ns)), ns+":"
+		}
+		c := newClient(t, r, opts...)
+		m := c.Mutex("own:held")
+		mustLock(t, m)
+		held := prefix + "dlock:held:{" + prefix + "own:held}"
+		waitFor(t, "the record of long holds", func() bool { return rdb.Exists(ctx, held).Val() == 1 })
+		was := c.Mutex("own:was-held") // only its fencing counter is left
+		mustLock(t, was)
+		mustUnlock(t, was)
+
+		names := func(infos []LockInfo, err error) string {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, info := range infos {
+				out = append(out, fmt.Sprintf("%s %s locked=%v", info.Type, info.Name, info.Locked))
+			}
+			return strings.Join(out, ", ")
+		}
+		if got, want := names(c.Locks(ctx, "")), "lock own:held locked=true"; got != want {
+			t.Errorf("namespace %q: Locks = %s; want %s", ns, got, want)
+		}
+		if got, want := names(c.LocksWithHistory(ctx, "")), "lock own:held locked=true, lock own:was-held locked=false"; got != want {
+			t.Errorf("namespace %q: LocksWithHistory = %s; want %s", ns, got, want)
+		}
+		mustUnlock(t, m)
+	}
 }

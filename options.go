@@ -32,6 +32,7 @@ func defaultConfig() config {
 		FenceTTL:       24 * time.Hour,
 		CloseTimeout:   5 * time.Second,
 		CleanupTimeout: 5 * time.Second,
+		Report:         true,
 	}}
 }
 
@@ -142,16 +143,28 @@ func WithWatchdogTimeout(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger for renewal trouble, lost holds and pub/sub
-// reconnects. Fencing tokens and owner ids are never logged. Default: discard.
+// WithLogger sets the logger for renewal trouble, lost holds, pub/sub
+// reconnects and the safety checks' warnings (WithSafetyCheck). Fencing
+// tokens and owner ids are never logged. Default: the safety warnings go to
+// slog.Default(), the rest is discarded.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
 		}
-		c.Logger = l
+		c.Logger, c.ReportLogger = l, l
 		return nil
 	}
+}
+
+// WithSafetyCheck(false) turns off the checks a Client runs once, in the
+// background, at its first acquisition: those of package doctor (eviction
+// policy, persistence, scripting and pub/sub permissions, version,
+// replicas), each failed one logged as a warning, on the WithLogger logger
+// or else slog.Default(). They are on by default, because a Redis that
+// evicts or loses lock keys breaks mutual exclusion without any error.
+func WithSafetyCheck(on bool) Option {
+	return func(c *config) error { c.Report = on; return nil }
 }
 
 // WithObserver adds an Observer that is told about every acquisition,

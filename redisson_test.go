@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,22 +12,28 @@ import (
 // Redisson's side of the protocol, written from its documented rules: acquire
 // when the hash is absent or holds our field (counting up and setting the
 // TTL), else answer the PTTL; release by counting down, deleting at zero and
-// publishing 0 on redisson_lock__channel:{name}.
+// publishing 0 on redisson_lock__channel:{name}. Made at first use, not at
+// init: go-redis hashes a script with crypto/sha1, which would stop the test
+// binary at start under GODEBUG=fips140=only (TestFIPS140Only).
 var (
-	redissonAcquire = redis.NewScript(`
+	redissonAcquire = sync.OnceValue(func() *redis.Script {
+		return redis.NewScript(`
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return nil
 end
 return redis.call('pttl', KEYS[1])`)
-	redissonRelease = redis.NewScript(`
+	})
+	redissonRelease = sync.OnceValue(func() *redis.Script {
+		return redis.NewScript(`
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
 local n = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if n > 0 then redis.call('pexpire', KEYS[1], ARGV[1]); return 0 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
 return 1`)
+	})
 )
 
 const javaOwner = "3f2a9c4e-0000-4000-8000-000000000001:57"
@@ -48,7 +55,7 @@ func testRedissonInterop(t *testing.T, name string) {
 		channel = "redisson_lock__channel:" + name
 	}
 	javaLock := func() (bool, error) {
-		err := redissonAcquire.Run(ctx, rdb, []string{name}, 30000, javaOwner).Err()
+		err := redissonAcquire().Run(ctx, rdb, []string{name}, 30000, javaOwner).Err()
 		if err == redis.Nil {
 			return true, nil
 		}
@@ -56,7 +63,7 @@ func testRedissonInterop(t *testing.T, name string) {
 	}
 	javaUnlock := func() {
 		t.Helper()
-		if err := redissonRelease.Run(ctx, rdb, []string{name, channel}, 30000, javaOwner).Err(); err != nil {
+		if err := redissonRelease().Run(ctx, rdb, []string{name, channel}, 30000, javaOwner).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,3 +39,46 @@ func TestFirstContactReport(t *testing.T) {
 		}
 	}
 }
+
+// A Client given no logger still tells of a Redis that cannot hold locks
+// safely (volatile-lru evicts keys with a TTL, which every lock has): the
+// warning goes to slog.Default(). WithSafetyCheck(false) turns the checks
+// off: no warning, and not one command of theirs reaches Redis.
+func TestSafetyWarningByDefault(t *testing.T) {
+	reportAtFirstContact = true
+	defer func() { reportAtFirstContact = false }()
+	volatile := testenv.StartRedis(t, testenv.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"))
+	var buf syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	defer slog.SetDefault(prev)
+	c := newClient(t, volatile)
+	m := c.Mutex("report:default-logger")
+	mustLock(t, m)
+	mustUnlock(t, m)
+	waitFor(t, "the eviction warning on slog.Default()", func() bool {
+		return strings.Contains(buf.String(), "check=eviction") && strings.Contains(buf.String(), "volatile-lru")
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	before := buf.String()
+	if err := volatile.ResetStats(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	off := newClient(t, volatile, WithSafetyCheck(false))
+	m = off.Mutex("report:default-logger")
+	mustLock(t, m)
+	mustUnlock(t, m)
+	if err := off.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); got != before {
+		t.Fatalf("WithSafetyCheck(false) still warned:\n%s", strings.TrimPrefix(got, before))
+	}
+	st := commands(t, volatile)
+	if st["info"] != 0 || st["eval"] != 0 || st["evalsha"] != 2 { // Lock's and Unlock's scripts
+		t.Fatalf("WithSafetyCheck(false) still sent the checks' commands: %v", st)
+	}
+}

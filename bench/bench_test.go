@@ -367,3 +367,37 @@ func TestSuiteWritesOutputs(t *testing.T) {
 		t.Errorf("results.svg malformed:\n%s", svg)
 	}
 }
+
+// A run without -out (what make bench does) writes its files into out/,
+// which git ignores, and leaves the tracked RESULTS.md, results.json and
+// results.svg of the working directory alone; -out . regenerates them
+// (make bench-results). A run of 50 ms of one lib, not a benchmark.
+func TestRunWritesToOutByDefault(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	tracked := map[string]string{"RESULTS.md": "# tracked\n", "results.json": "{}\n", "results.svg": "<svg/>\n"}
+	for name, body := range tracked {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quick := []string{"-libs", "spin-1ms", "-scenarios", "uncontended", "-reps", "1", "-duration", "50ms", "-g", "1"}
+	var stderr bytes.Buffer
+	if code := run(quick, &stderr); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, stderr.String())
+	}
+	for name, body := range tracked {
+		if got, err := os.ReadFile(name); err != nil || string(got) != body {
+			t.Errorf("%s was rewritten by a run without -out", name)
+		}
+		if _, err := os.Stat(filepath.Join("out", name)); err != nil {
+			t.Errorf("out/%s: %v", name, err)
+		}
+	}
+	if code := run(append(quick, "-out", "."), &stderr); code != 0 {
+		t.Fatalf("run -out .: exit %d\n%s", code, stderr.String())
+	}
+	if md, err := os.ReadFile("RESULTS.md"); err != nil || !bytes.Contains(md, []byte("spin-1ms")) {
+		t.Errorf("-out . did not regenerate RESULTS.md: %v", err)
+	}
+}

@@ -82,7 +82,7 @@ func run(args []string, stderr io.Writer) int {
 		modes       = fs.String("modes", "separate,shared", "hot-key client modes")
 		pingDur     = fs.Duration("ping", time.Second, "duration of the sequential Go PING measurement")
 		benchN      = fs.Int("bench-n", 100000, "redis-benchmark -n")
-		outDir      = fs.String("out", ".", "directory for RESULTS.md, results.json, results.svg")
+		outDir      = fs.String("out", "out", "directory for RESULTS.md, results.json, results.svg (out/ is ignored by git; -out . regenerates the committed files, as make bench-results does)")
 		serverBin   = fs.String("redis-server", "", "redis-server binary (default: from PATH, else /usr/bin/redis-server)")
 		benchBin    = fs.String("redis-benchmark", "", "redis-benchmark binary (default: from PATH, else /usr/bin/redis-benchmark)")
 		rsDelay     = fs.Duration("redsync-delay", redsyncRetryDelay, "redsync WithRetryDelay")
@@ -206,7 +206,10 @@ func run(args []string, stderr io.Writer) int {
 	defer cancel()
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigc)
+	defer func() {
+		signal.Stop(sigc) // no send after it returns: closing ends the handler
+		close(sigc)
+	}()
 	go func() {
 		sig, ok := <-sigc
 		if !ok {

@@ -108,6 +108,11 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				backend = "Redis at " + opts.Addr
 			}
 			cfg.ClientOptions = a.clientOptions()
+			if !a.redisFlagSet(cmd) {
+				// miniredis is no Redis server to check (it fails the
+				// version check by construction): no safety warnings.
+				cfg.ClientOptions = append(cfg.ClientOptions, dlock.WithSafetyCheck(false))
+			}
 			if metricsAddr != "" {
 				stop, err := a.serveMetrics(metricsAddr, &cfg)
 				if err != nil {

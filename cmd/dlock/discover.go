@@ -53,7 +53,8 @@ type found struct {
 // dlock:latch:* TYPE string). It stops scanning once it has found limit
 // names.
 func discover(ctx context.Context, rdb redis.UniversalClient, space keys.Space, limit int) (found, error) {
-	d, err := disc.Run(ctx, rdb, disc.Options{Limit: limit, Semaphores: true, Latches: true, Space: space})
+	// The dashboard shows the names used lately too, held ones first.
+	d, err := disc.Run(ctx, rdb, disc.Options{Limit: limit, Semaphores: true, Latches: true, History: true, Space: space})
 	f := found{held: d.Held, seen: d.Locks, semaphores: d.Semaphores, latches: d.Latches, space: space,
 		cost: scanCost{Scans: d.Cost.Scans, Probes: d.Cost.Probes, Keys: d.Cost.Keys}}
 	return f, err

@@ -65,11 +65,11 @@ type waiter struct {
 }
 
 func (a *app) inspectCommand() *cobra.Command {
-	var asJSON, all bool
+	var asJSON, all, history bool
 	var match string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "inspect [--json] NAME... | inspect --all [--match PATTERN] [--json]",
+		Use:   "inspect [--json] NAME... | inspect --all [--history] [--match PATTERN] [--json]",
 		Short: "Show who holds and who waits for locks",
 		Long: `inspect reads each lock from Redis (one MULTI per name) and shows whether it
 is locked, its kind (mutex, or rwlock with its read/write mode), its holders
@@ -90,11 +90,14 @@ With --json it prints one JSON array with an object per NAME:
 host is "" and pid 0 when the owner is not in dlock's default form.
 
 With --all it lists every lock, election, semaphore and count-down latch
-dlock knows of in the Redis (every master of a Cluster), found with SCAN in
-pages (never KEYS): held ones and ones whose fencing counter is alive.
---match keeps the names matching a Redis glob pattern (as SCAN MATCH reads
-it: * ? [abc] [^a-z] and \ escapes; at most 4096 bytes), matched without
-backtracking, so no pattern can stall it. Each entry says its
+in use in the Redis (every master of a Cluster), found with SCAN in pages
+(never KEYS): locks held, elections led, semaphores with permits taken,
+latches armed; never dlock's own keys beside them. --history adds the
+locks and elections nobody holds now that were used in the last 24 hours
+(their fencing counter is alive), as "not locked". --match keeps the names
+matching a Redis glob pattern (as SCAN MATCH reads it: * ? [abc] [^a-z] and
+\ escapes; at most 4096 bytes), matched without backtracking, so no
+pattern can stall it. Each entry says its
 type ("lock", "election", "semaphore", "latch"), its holders with their
 TTLs, and its waiters: an election's leader value and waiting candidates, a
 semaphore's size, permits taken and free, each holder's permit with how
@@ -113,7 +116,8 @@ within --timeout, or another failure, 2 bad arguments, 69 Redis
 unreachable.`,
 		Example: `  dlock inspect coupon:issue:42
   dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'
-  dlock inspect --all --match 'report:*'`,
+  dlock inspect --all --match 'report:*'
+  dlock inspect --all --history`,
 		Args: wrapArgs(func(cmd *cobra.Command, args []string) error {
 			if all {
 				if len(args) > 0 {
@@ -124,7 +128,13 @@ unreachable.`,
 			if match != "" {
 				return fmt.Errorf("--match goes with --all")
 			}
-			return cobra.MinimumNArgs(1)(cmd, args)
+			if history {
+				return fmt.Errorf("--history goes with --all")
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("inspect needs a lock NAME, or --all to list every lock")
+			}
+			return nil
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -134,7 +144,7 @@ unreachable.`,
 				return usagef("--match is %d bytes, the limit is %d", len(match), disc.MaxPatternLen)
 			}
 			if all {
-				return a.inspectAll(cmd.Context(), match, asJSON, timeout)
+				return a.inspectAll(cmd.Context(), match, history, asJSON, timeout)
 			}
 			for _, n := range args {
 				if err := checkName("NAME", n); err != nil {
@@ -176,6 +186,7 @@ unreachable.`,
 	cmd.Flags().BoolVar(&all, "all", false, "list every lock, election, semaphore and latch (SCAN)")
 	cmd.Flags().StringVar(&match, "match", "", "with --all: only names matching this Redis glob pattern")
 	cmd.Flags().DurationVar(&timeout, "timeout", inspectTimeout, "bound on the reading after the first PING (the whole scan with --all)")
+	cmd.Flags().BoolVar(&history, "history", false, "with --all: also the names not held now that were used in the last 24h")
 	return cmd
 }
 
@@ -259,7 +270,11 @@ func printState(w io.Writer, st lockState) {
 	for _, h := range st.Holders {
 		held := ""
 		if h.Renewals > 0 {
-			held = fmt.Sprintf("  held for %v, %d renewals", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals)
+			unit := "renewals"
+			if h.Renewals == 1 {
+				unit = "renewal"
+			}
+			held = fmt.Sprintf("  held for %v, %d %s", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals, unit)
 		}
 		fmt.Fprintf(w, "  holder  %s  count %d%s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, held, h.Owner)
 	}

@@ -44,8 +44,9 @@ func listed(info dlock.LockInfo) listedState {
 	return st
 }
 
-// inspectAll lists everything Client.Locks finds within timeout.
-func (a *app) inspectAll(ctx context.Context, match string, asJSON bool, timeout time.Duration) error {
+// inspectAll lists everything Client.Locks finds (LocksWithHistory's, with
+// history) within timeout.
+func (a *app) inspectAll(ctx context.Context, match string, history, asJSON bool, timeout time.Duration) error {
 	rdb, _, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -58,7 +59,11 @@ func (a *app) inspectAll(ctx context.Context, match string, asJSON bool, timeout
 	defer locks.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	infos, err := locks.Locks(ctx, match)
+	list := locks.Locks
+	if history {
+		list = locks.LocksWithHistory
+	}
+	infos, err := list(ctx, match)
 	if err != nil {
 		return timedOut(err, timeout)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
@@ -146,4 +147,64 @@ func TestInspectAllPathologicalMatch(t *testing.T) {
 	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--timeout", "0s")
 	wantCode(t, res, exitUsage)
 	usageErr(t, res, "--timeout must be positive")
+}
+
+// inspect --all lists what is locked now and never dlock's own keys: not
+// the record of long holds beside a renewed lock (dlock:held:{name}, which
+// it showed as a second locked lock), and not the names used in the last
+// 24 h that only a fencing counter remembers, which --history adds as "not
+// locked". inspect with neither NAME nor --all says what it needs.
+func TestInspectAllOwnKeysAndHistory(t *testing.T) {
+	r := testenv.StartRedis(t)
+	c := newClient(t, r, dlock.WithWatchdogTimeout(1500*time.Millisecond))
+	ctx := ctxT(t)
+	m := c.Mutex("own:held")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(ctx)
+	rdb := r.NewClient(t)
+	for rdb.Exists(ctx, "dlock:held:{own:held}").Val() != 1 { // the first renewal writes it
+		if ctx.Err() != nil {
+			t.Fatal("no record of long holds")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	was := c.Mutex("own:was-held")
+	if err := was.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := was.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	res := dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all")
+	wantCode(t, res, 0)
+	if got := strings.Count("\n"+res.stdout, "\nlock "); got != 1 || !strings.Contains(res.stdout, "lock own:held: locked") {
+		t.Fatalf("inspect --all: want the one held lock:\n%s", res.stdout)
+	}
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--all", "--history")
+	wantCode(t, res, 0)
+	if !strings.Contains(res.stdout, "lock own:held: locked") || !strings.Contains(res.stdout, "lock own:was-held: not locked") ||
+		strings.Contains(res.stdout, "dlock:held") {
+		t.Fatalf("inspect --all --history: want the held lock and the released one:\n%s", res.stdout)
+	}
+
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect", "--history", "own:held")
+	wantCode(t, res, exitUsage)
+	usageErr(t, res, "--history goes with --all")
+	res = dlockRun(t, nil, "--redis", redisURL(r), "inspect")
+	wantCode(t, res, exitUsage)
+	usageErr(t, res, "inspect needs a lock NAME, or --all to list every lock")
+}
+
+// A hold renewed once reads "1 renewal", not "1 renewals".
+func TestInspectRenewalsCount(t *testing.T) {
+	for n, want := range map[int64]string{1: "held for 10s, 1 renewal ", 2: "held for 20s, 2 renewals "} {
+		var b strings.Builder
+		printState(&b, lockState{Name: "x", Locked: true, Holders: []holder{{Owner: "o:1", Count: 1, HeldForMs: n * 10000, Renewals: n}}})
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%d renewals: %q lacks %q", n, b.String(), want)
+		}
+	}
 }

@@ -892,9 +892,9 @@ func TestCommandsUnderACL(t *testing.T) {
 	wantCode(t, dlockRun(t, nil, "--redis", url, "--namespace", "ns", "run", "job", "--", "true"), 0)
 	wantCode(t, dlockRun(t, env, "--redis", url, "run", "job", "--", "true"), 0)
 	wantCode(t, dlockRun(t, env, "--redis", url, "inspect", "job"), 0)
-	all := dlockRun(t, env, "--redis", url, "inspect", "--all")
+	all := dlockRun(t, env, "--redis", url, "inspect", "--all", "--history")
 	wantCode(t, all, 0)
-	// Names are shown without the namespace.
+	// Names are shown without the namespace (job, released, is history).
 	if !strings.Contains(all.stdout, "job") || strings.Contains(all.stdout, "ns:") {
 		t.Fatalf("inspect --all under the namespace:\n%s", all.stdout)
 	}

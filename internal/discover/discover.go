@@ -4,8 +4,10 @@
 //
 // Locks are hashes whose fields look like lock owners ("<client id>:<n>",
 // "...:write", and "mode" for read-write locks), found by SCAN TYPE hash and
-// a sample of each hash's fields (HRANDFIELD, pipelined per page), plus the
-// names that only have a fencing counter left (SCAN MATCH dlock:fence:*).
+// a sample of each hash's fields (HRANDFIELD, pipelined per page), but for
+// dlock's own hashes (the records of long holds), and, on request
+// (Options.History), the names that only have a fencing counter left (SCAN
+// MATCH dlock:fence:*).
 // Elections are the hashes and counters of names under keys.ElectionPrefix;
 // semaphores the sorted sets under keys.SemaphorePrefix; latches the
 // markers under keys.LatchPrefix that dlock's TrySetCount sets beside a
@@ -65,6 +67,10 @@ type Options struct {
 	Semaphores bool
 	// Latches adds a SCAN TYPE string for the markers of latches.
 	Latches bool
+	// History adds the names that only have a fencing counter left: locks
+	// and elections used within the counter's TTL (24 h by default) that
+	// nobody holds now.
+	History bool
 	// Space is the namespace searched: only its keys are scanned, and names
 	// are reported without it.
 	Space keys.Space
@@ -85,8 +91,8 @@ type Cost struct {
 // Found is one discovery's result: names, not their state.
 type Found struct {
 	Held       map[string]bool // lock names whose hash exists
-	Locks      map[string]bool // every lock name (held, or with a fencing counter)
-	Elections  map[string]bool // election names (with a lock hash or a counter)
+	Locks      map[string]bool // every lock name: held, and with History those with a fencing counter
+	Elections  map[string]bool // election names: with a lock hash, and with History a counter
 	Semaphores map[string]bool // semaphore names with permits held
 	Latches    map[string]bool // names of latches dlock armed (with a marker alive)
 	Cost       Cost
@@ -134,8 +140,10 @@ func Run(ctx context.Context, rdb redis.UniversalClient, o Options) (Found, erro
 		if err := scan(ctx, node, globPrefix(o.Space.Prefix()), "hash", func(ks []string) (bool, error) { return r.hashes(ctx, node, ks) }); err != nil {
 			return err
 		}
-		if err := scan(ctx, node, globPrefix(o.Space.Prefix()+"dlock:fence:"), "string", r.fences); err != nil {
-			return err
+		if o.History {
+			if err := scan(ctx, node, globPrefix(o.Space.Prefix()+"dlock:fence:"), "string", r.fences); err != nil {
+				return err
+			}
 		}
 		if o.Semaphores {
 			if err := scan(ctx, node, globPrefix(o.Space.Prefix()+keys.SemaphorePrefix+":"), "zset", r.named(keys.SemaphorePrefix, r.f.Semaphores)); err != nil {
@@ -204,11 +212,19 @@ func (r *run) hashes(ctx context.Context, node *redis.Client, ks []string) (bool
 	r.f.Cost.Keys += len(ks)
 	r.f.Cost.Probes += len(ks)
 	for i, k := range ks {
-		if n, ok := r.o.Space.Name(k); ok && LooksLikeLock(cmds[i].Val()) {
+		if n, ok := r.o.Space.Name(k); ok && !ownHash(n) && LooksLikeLock(cmds[i].Val()) {
 			r.addLock(n, true)
 		}
 	}
 	return r.full(), nil
+}
+
+// ownHash reports whether the hash at key (without the namespace) is one of
+// dlock's own beside a lock: a record of long holds, whose fields are the
+// lock's owners (keys.Held), so that LooksLikeLock cannot tell it from one.
+func ownHash(key string) bool {
+	_, ok := keys.NameFromCompanion(keys.HeldPrefix, key)
+	return ok
 }
 
 // fences files the names of a page of fencing counters.

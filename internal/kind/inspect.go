@@ -127,8 +127,9 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 }
 
 // Locks lists the locks, elections, semaphores and latches whose names
-// match (dlock.Client.Locks).
-func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, error) {
+// match (dlock.Client.Locks); with history, also the names that only have
+// a fencing counter left (dlock.Client.LocksWithHistory).
+func Locks(ctx context.Context, e *lease.Engine, match string, history bool) ([]LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", lease.ErrInvalidArgument)
 	}
@@ -144,7 +145,7 @@ func Locks(ctx context.Context, e *lease.Engine, match string) ([]LockInfo, erro
 	caller := ctx
 	f, _, err := wire.Go(e.Wire, ctx, func(ctx context.Context) (discover.Found, error) {
 		// wire.Go's ctx outlives the caller's: the scan stops with the caller.
-		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Latches: true, Space: e.Cfg.Space, Abandon: caller})
+		return discover.Run(ctx, e.Redis(), discover.Options{Match: match, Semaphores: true, Latches: true, History: history, Space: e.Cfg.Space, Abandon: caller})
 	}, nil)
 	if err != nil {
 		return nil, err

@@ -53,8 +53,12 @@ type Config struct {
 	// through this Cluster client): see the notify package.
 	Sharded *redis.ClusterClient
 	// Report makes the engine run the doctor's checks once, at its first
-	// acquisition, and log each check that failed.
+	// acquisition, and warn of each check that failed on ReportLogger.
 	Report bool
+	// ReportLogger is where Report's warnings go; nil: slog.Default() as it
+	// is at the time of the report, so that they reach the user even when
+	// Logger discards.
+	ReportLogger *slog.Logger
 	// Space is the namespace every key and channel begins with.
 	Space keys.Space
 	// Touch rewrites a key's TTL to its current value (for replica acks).

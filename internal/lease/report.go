@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 
 	"github.com/dlock-dev/dlock/doctor"
@@ -11,7 +12,9 @@ import (
 // engine first acquires (Config.Report): an operator learns from the log,
 // once per check, that this Redis cannot hold locks safely (an evicting
 // policy, scripting or pub/sub denied, a version too old, ...). It changes
-// nothing else: the acquisition goes on.
+// nothing else: the acquisition goes on. The warnings go to
+// Config.ReportLogger, slog.Default() unless the user chose a logger: a
+// safety warning that nobody sees warns nobody.
 func (e *Engine) firstContact() {
 	if !e.Cfg.Report {
 		return
@@ -27,8 +30,12 @@ func (e *Engine) firstContact() {
 				e.Cfg.Logger.Debug("dlock: the first-contact checks did not finish", "err", err)
 				return
 			}
+			log := e.Cfg.ReportLogger
+			if log == nil {
+				log = slog.Default()
+			}
 			for _, f := range rep.Failed() {
-				e.Cfg.Logger.Warn("dlock: this Redis cannot hold locks safely", "check", f.Name, "detail", f.Detail)
+				log.Warn("dlock: this Redis cannot hold locks safely", "check", f.Name, "detail", f.Detail)
 			}
 		})
 	})

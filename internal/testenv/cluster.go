@@ -201,6 +201,17 @@ func clusterBusPort(ctx context.Context, r *Redis) (int, error) {
 // over those links), and every slot range served by the node that was
 // given it.
 func (c *Cluster) nodeReady(ctx context.Context, r *Redis) error {
+	for _, check := range []func(context.Context, *Redis) error{c.infoReady, c.linksReady, c.slotsReady} {
+		if err := check(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// infoReady checks CLUSTER INFO: state ok, every slot assigned and served,
+// every node known.
+func (c *Cluster) infoReady(ctx context.Context, r *Redis) error {
 	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "INFO")
 	if err != nil {
 		return err
@@ -222,12 +233,18 @@ func (c *Cluster) nodeReady(ctx context.Context, r *Redis) error {
 			return fmt.Errorf("%s is %q, want %q", k, info[k], want)
 		}
 	}
+	return nil
+}
 
-	v, err = rawDo(ctx, r.Addr(), "CLUSTER", "NODES")
+// linksReady checks CLUSTER NODES: every node listed, none failing or in
+// a handshake, every bus link connected.
+func (c *Cluster) linksReady(ctx context.Context, r *Redis) error {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "NODES")
 	if err != nil {
 		return err
 	}
-	if s, err = replyString(v); err != nil {
+	s, err := replyString(v)
+	if err != nil {
 		return err
 	}
 	lines := 0
@@ -251,8 +268,13 @@ func (c *Cluster) nodeReady(ctx context.Context, r *Redis) error {
 	if lines != len(c.nodes) {
 		return fmt.Errorf("CLUSTER NODES lists %d nodes, want %d", lines, len(c.nodes))
 	}
+	return nil
+}
 
-	v, err = rawDo(ctx, r.Addr(), "CLUSTER", "SLOTS")
+// slotsReady checks CLUSTER SLOTS: every slot range served by the node
+// that was given it.
+func (c *Cluster) slotsReady(ctx context.Context, r *Redis) error {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "SLOTS")
 	if err != nil {
 		return err
 	}

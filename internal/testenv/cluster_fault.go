@@ -230,24 +230,8 @@ func (c *Cluster) migrate(ctx context.Context, slot int, from, to *Redis, order 
 	if _, err := rawDo(ctx, from.Addr(), "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
 		return fmt.Errorf("testenv: SETSLOT MIGRATING: %w", err)
 	}
-	host, port, _ := net.SplitHostPort(to.Addr())
-	for {
-		v, err := rawDo(ctx, from.Addr(), "CLUSTER", "GETKEYSINSLOT", s, "100")
-		if err != nil {
-			return fmt.Errorf("testenv: GETKEYSINSLOT: %w", err)
-		}
-		keys, _ := v.([]any)
-		if len(keys) == 0 {
-			break
-		}
-		args := []string{"MIGRATE", host, port, "", "0", "5000", "REPLACE", "KEYS"}
-		for _, k := range keys {
-			ks, _ := k.(string)
-			args = append(args, ks)
-		}
-		if _, err := rawDo(ctx, from.Addr(), args...); err != nil {
-			return fmt.Errorf("testenv: MIGRATE: %w", err)
-		}
+	if err := migrateKeys(ctx, s, from, to); err != nil {
+		return err
 	}
 	for i, n := range order {
 		if i > 0 && gap > 0 {
@@ -269,6 +253,30 @@ func (c *Cluster) migrate(ctx context.Context, slot int, from, to *Redis, order 
 		}
 		return true, nil
 	})
+}
+
+// migrateKeys moves every key of slot s from one node to another, 100 keys
+// per MIGRATE.
+func migrateKeys(ctx context.Context, s string, from, to *Redis) error {
+	host, port, _ := net.SplitHostPort(to.Addr())
+	for {
+		v, err := rawDo(ctx, from.Addr(), "CLUSTER", "GETKEYSINSLOT", s, "100")
+		if err != nil {
+			return fmt.Errorf("testenv: GETKEYSINSLOT: %w", err)
+		}
+		keys, _ := v.([]any)
+		if len(keys) == 0 {
+			return nil
+		}
+		args := []string{"MIGRATE", host, port, "", "0", "5000", "REPLACE", "KEYS"}
+		for _, k := range keys {
+			ks, _ := k.(string)
+			args = append(args, ks)
+		}
+		if _, err := rawDo(ctx, from.Addr(), args...); err != nil {
+			return fmt.Errorf("testenv: MIGRATE: %w", err)
+		}
+	}
 }
 
 // Failover runs a manual failover (CLUSTER FAILOVER, no option) on replica:

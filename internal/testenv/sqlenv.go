@@ -271,6 +271,31 @@ func runTool(dir string, cred *syscall.Credential, name string, args ...string) 
 	return nil
 }
 
+// startSQLServers starts a mariadbd and a PostgreSQL server, those asked
+// for, at once. It returns what started even when the other failed.
+func startSQLServers(mariadb, postgres bool) (my *MariaDB, pg *Postgres, err error) {
+	var (
+		wg         sync.WaitGroup
+		merr, perr error
+	)
+	if mariadb {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			my, merr = StartMariaDBServer(MariaDBConfig{})
+		}()
+	}
+	if postgres {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pg, perr = StartPostgresServer(PostgresConfig{})
+		}()
+	}
+	wg.Wait()
+	return my, pg, errors.Join(merr, perr)
+}
+
 // MainSQL is a package's TestMain body for tests that share one mariadbd
 // and/or one PostgreSQL server: it starts the servers whose pointer is not
 // nil (both at once), stores them there, runs the tests, runs check (if not
@@ -279,27 +304,7 @@ func runTool(dir string, cred *syscall.Credential, name string, args ...string) 
 // in error messages. Tests that kill, pause or restart a server start their
 // own (StartMariaDB, StartPostgres). Call it from TestMain only.
 func MainSQL(m *testing.M, pkg string, mariadb **MariaDB, postgres **Postgres, check func() error) int {
-	var (
-		wg         sync.WaitGroup
-		merr, perr error
-		my         *MariaDB
-		pg         *Postgres
-	)
-	if mariadb != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			my, merr = StartMariaDBServer(MariaDBConfig{})
-		}()
-	}
-	if postgres != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pg, perr = StartPostgresServer(PostgresConfig{})
-		}()
-	}
-	wg.Wait()
+	my, pg, err := startSQLServers(mariadb != nil, postgres != nil)
 	stop := func() error {
 		var errs []error
 		if my != nil {
@@ -310,7 +315,7 @@ func MainSQL(m *testing.M, pkg string, mariadb **MariaDB, postgres **Postgres, c
 		}
 		return errors.Join(errs...)
 	}
-	if err := errors.Join(merr, perr); err != nil {
+	if err != nil {
 		_ = stop()
 		fmt.Fprintf(os.Stderr, "%s tests need their SQL servers: %v\n", pkg, err)
 		return 1

@@ -2,8 +2,6 @@ package wire
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"strings"
 	"sync"
 
@@ -13,10 +11,11 @@ import (
 // Script is a Lua script run by its SHA1 (EVALSHA), and by its source
 // (EVAL) when the server does not know it (first use, restart, failover).
 // Unlike redis.Script it takes its arguments already boxed, so the hot path
-// allocates only what go-redis itself needs. A Script is immutable.
+// allocates only what go-redis itself needs. A Script is immutable but for
+// its SHA1, learned once from Redis (digest.go).
 type Script struct {
-	src any // the source, boxed once
-	sha any // its SHA1 in hex, boxed once
+	src any     // the source, boxed once
+	sha *digest // its SHA1 in hex, as EVALSHA's argument
 	// variant makes the source a Wire of another Variant runs instead (nil:
 	// the script has no variants); made are the variants made so far.
 	variant func(Variant) string
@@ -31,10 +30,10 @@ type Variant struct {
 	Sharded   bool
 }
 
-// NewScript returns the script of src.
+// NewScript returns the script of src. It computes nothing: the script's
+// SHA1 comes from Redis at its first use (digest.go).
 func NewScript(src string) *Script {
-	h := sha1.Sum([]byte(src))
-	return &Script{src: src, sha: hex.EncodeToString(h[:])}
+	return &Script{src: src, sha: new(digest)}
 }
 
 // WithVariants sets how s's source is adapted to a Variant (the kind that
@@ -120,39 +119,53 @@ func (s *Script) Eval(ctx context.Context, rdb redis.Scripter, keys []string, ar
 
 // evalInstead runs cmd, an EVALSHA of s that failed with NOSCRIPT, as an
 // EVAL of the same arguments (which loads the script), and puts the outcome
-// into cmd.
+// into cmd. Until s's SHA1 is known, the same round trip asks Redis for it
+// (digest.go).
 func (s *Script) evalInstead(ctx context.Context, rdb processor, cmd redis.Cmder) {
 	args := append([]any(nil), cmd.Args()...)
 	args[0], args[1] = "eval", s.src
-	keyed := func(c redis.Cmder) redis.Cmder {
-		if n, ok := args[2].(int); ok && n > 0 {
-			c.SetFirstKeyPos(3)
-		}
-		return c
+	var e redis.Cmder
+	switch cmd.(type) {
+	case *redis.IntCmd:
+		e = redis.NewIntCmd(ctx, args...)
+	case *redis.Cmd:
+		e = redis.NewCmd(ctx, args...)
+	default:
+		cmd.SetErr(errUnsupported(cmd.Name()))
+		return
+	}
+	var keys []any
+	if n, ok := args[2].(int); ok && n > 0 {
+		e.SetFirstKeyPos(3)
+		keys = args[3 : 3+n]
+	}
+	if sha := s.sha.ask(ctx, s.src, keys); sha != nil {
+		pipe := rdb.Pipeline()
+		_ = pipe.Process(ctx, e)
+		_ = pipe.Process(ctx, sha)
+		_, _ = pipe.Exec(ctx)
+		s.sha.learn(sha)
+	} else {
+		_ = rdb.Process(ctx, e)
 	}
 	switch cmd := cmd.(type) {
 	case *redis.IntCmd:
-		e := redis.NewIntCmd(ctx, args...)
-		_ = rdb.Process(ctx, keyed(e))
-		cmd.SetVal(e.Val())
-		cmd.SetErr(e.Err())
+		cmd.SetVal(e.(*redis.IntCmd).Val())
 	case *redis.Cmd:
-		e := redis.NewCmd(ctx, args...)
-		_ = rdb.Process(ctx, keyed(e))
-		cmd.SetVal(e.Val())
-		cmd.SetErr(e.Err())
-	default:
-		cmd.SetErr(errUnsupported(cmd.Name()))
+		cmd.SetVal(e.(*redis.Cmd).Val())
 	}
+	cmd.SetErr(e.Err())
 }
 
 type errUnsupported string
 
 func (e errUnsupported) Error() string { return "wire: cannot resend a " + string(e) + " as EVAL" }
 
-// processor sends one command: a go-redis client or one of its connections.
+// processor sends one command, or a pipeline: a go-redis client or one of
+// its connections.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
 }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }

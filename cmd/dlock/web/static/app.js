@@ -59,7 +59,7 @@
       li.title = x.owner;
       if (x.renewals > 0) {
         // A hold the watchdog renewed: how long it has lasted.
-        const long = el("span", "held-for", " · held " + ttl(x.held_for_ms) + ", " + x.renewals + " renewals");
+        const long = el("span", "held-for", " · held " + ttl(x.held_for_ms) + ", " + x.renewals + (x.renewals === 1 ? " renewal" : " renewals"));
         long.title = "granted " + ttl(x.held_for_ms) + " ago and renewed " + x.renewals + " times";
         li.appendChild(long);
       }
