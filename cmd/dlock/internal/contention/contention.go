@@ -33,7 +33,7 @@ type Config struct {
 	Grants int
 	// Hold is how long each grant is held (L); 0 releases at once.
 	Hold time.Duration
-	// Name is the lock name; empty means a fresh "dlock:bench:<nanos>".
+	// Name is the lock name; empty means a fresh "dlock-bench:<nanos>" (names beginning "dlock:" are dlock's own keys).
 	Name string
 	// ClientOptions are passed to every dlock.New.
 	ClientOptions []dlock.Option
@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	name := cfg.Name
 	if name == "" {
-		name = fmt.Sprintf("dlock:bench:%d", time.Now().UnixNano())
+		name = fmt.Sprintf("dlock-bench:%d", time.Now().UnixNano())
 	}
 	var counter CommandCounter
 	rdbs := make([]*redis.Client, cfg.Workers)

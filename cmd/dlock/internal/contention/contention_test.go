@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 	if res.ServerCommands < res.CommandsSent {
 		t.Fatalf("server %d < sent %d", res.ServerCommands, res.CommandsSent)
 	}
-	if n, err := rs.Do(ctx, "EXISTS", "dlock:bench"); err != nil || n.(int64) != 0 {
+	if n, err := rs.Do(ctx, "EXISTS", "dlock-bench"); err != nil || n.(int64) != 0 {
 		t.Fatal(n, err)
 	}
 }
