@@ -78,19 +78,30 @@ type Config struct {
 }
 
 // Renewer batches renewals. Its methods are safe for concurrent use.
+//
+// Its loop sleeps on one timer, armed for the earliest entry's due time by
+// whoever changes that time (Add, or the loop after a call) and disarmed
+// when the last entry leaves: the loop wakes only to renew, never to learn
+// of an Add or a Remove. A lock taken and released within a period (the
+// common case when each request takes one) thus costs the timer's Reset and
+// Stop, and no wake-up of the loop's goroutine.
 type Renewer struct {
 	cfg Config
 
 	mu      sync.Mutex
 	entries map[*Entry]struct{}
-	wake    chan struct{}
-	wakeAt  time.Time // when the sleeping loop wakes; guarded by mu
+	timer   *time.Timer // the loop's alarm, armed for wakeAt
+	// wakeAt is when timer fires; zero: it is disarmed (no entries). While
+	// the loop is busy it may lie in the past: the loop collects again when
+	// done, so an Add due later need not arm anything. Guarded by mu.
+	wakeAt  time.Time
 	stop    chan struct{}
 	done    chan struct{}
 	base    context.Context // cancelled by Stop: a call in flight ends at once
 	cancel  context.CancelFunc
 	stopped bool
 	calling bool // a call is in flight; guarded by mu
+	wakes   int  // times the loop woke from its wait; guarded by mu (tests)
 }
 
 // New starts a Renewer.
@@ -98,10 +109,11 @@ func New(cfg Config) *Renewer {
 	r := &Renewer{
 		cfg:     cfg,
 		entries: make(map[*Entry]struct{}),
-		wake:    make(chan struct{}, 1),
+		timer:   time.NewTimer(time.Hour),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	r.timer.Stop()
 	r.base, r.cancel = context.WithCancel(context.Background())
 	go r.loop()
 	return r
@@ -110,19 +122,14 @@ func New(cfg Config) *Renewer {
 // Add schedules e to be renewed at due (at once if due has passed).
 func (r *Renewer) Add(e *Entry, due time.Time) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	e.due = due
 	e.removed = false
 	r.entries[e] = struct{}{}
-	// Wake the loop only if it sleeps past the new entry's due time: most
-	// entries fall due after the one it already waits for, and a wake-up per
-	// acquisition would cost a context switch and a scan on the hot path.
-	wake := e.due.Before(r.wakeAt)
-	if wake {
-		r.wakeAt = e.due
-	}
-	r.mu.Unlock()
-	if wake {
-		r.poke()
+	// Most entries fall due after the one the timer is armed for; only an
+	// earlier one moves it.
+	if r.wakeAt.IsZero() || due.Before(r.wakeAt) {
+		r.arm(due)
 	}
 }
 
@@ -130,8 +137,7 @@ func (r *Renewer) Add(e *Entry, due time.Time) {
 // and none will start, so a following release cannot race a renewal.
 func (r *Renewer) Remove(e *Entry) {
 	r.mu.Lock()
-	e.removed = true
-	delete(r.entries, e)
+	r.drop(e)
 	wait := e.inflight
 	r.mu.Unlock()
 	if wait != nil {
@@ -143,9 +149,31 @@ func (r *Renewer) Remove(e *Entry) {
 // of such a call is ignored for e.
 func (r *Renewer) Cancel(e *Entry) {
 	r.mu.Lock()
+	r.drop(e)
+	r.mu.Unlock()
+}
+
+// drop removes e, and disarms the timer when no entry is left: the loop
+// has nothing to wake for. Called with mu held.
+func (r *Renewer) drop(e *Entry) {
 	e.removed = true
 	delete(r.entries, e)
-	r.mu.Unlock()
+	if len(r.entries) == 0 {
+		r.disarm()
+	}
+}
+
+// arm sets the loop's timer to fire at t. Called with mu held.
+func (r *Renewer) arm(t time.Time) {
+	r.wakeAt = t
+	r.timer.Reset(max(time.Until(t), 0))
+}
+
+// disarm stops the loop's timer: once it returns, the loop does not wake
+// for an earlier arming (timers of Go 1.23 and later). Called with mu held.
+func (r *Renewer) disarm() {
+	r.wakeAt = time.Time{}
+	r.timer.Stop()
 }
 
 // Len returns the number of entries under renewal.
@@ -174,50 +202,37 @@ func (r *Renewer) Stop() {
 	}
 }
 
-func (r *Renewer) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (r *Renewer) loop() {
 	defer close(r.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer r.timer.Stop()
 	for {
-		batches, next := r.collect(time.Now())
-		for _, b := range batches {
-			select {
-			case <-r.stop:
-				return
-			default:
-			}
-			r.call(b)
-		}
-		if len(batches) > 0 {
-			continue // more may have fallen due meanwhile
-		}
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(time.Until(next), 0)
-		}
-		timer.Reset(wait)
 		select {
 		case <-r.stop:
 			return
-		case <-r.wake:
-			if !timer.Stop() {
-				<-timer.C
+		case <-r.timer.C:
+		}
+		r.mu.Lock()
+		r.wakes++
+		r.mu.Unlock()
+		// Renew what is due, then what fell due meanwhile; collect arms the
+		// timer for the rest.
+		for batches := r.collect(time.Now()); len(batches) > 0; batches = r.collect(time.Now()) {
+			for _, b := range batches {
+				select {
+				case <-r.stop:
+					return
+				default:
+				}
+				r.call(b)
 			}
-		case <-timer.C:
 		}
 	}
 }
 
 // collect takes the entries due within half a period of now, grouped by slot
-// in batches of at most MaxBatch, and returns the next due time of the rest.
-func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
+// in batches of at most MaxBatch. When none is due it arms the timer for the
+// earliest entry (disarms it when there is none) and returns nil.
+func (r *Renewer) collect(now time.Time) [][]*Entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := now.Add(r.cfg.Period / 2)
@@ -232,14 +247,18 @@ func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 		}
 	}
 	if !dueNow {
-		// Set under the same lock as the scan: an Add after this point
-		// compares with the time the loop will really wake at.
-		r.wakeAt = next
+		// Under the same lock as the scan: an Add after this point compares
+		// with the time the loop will really wake at.
 		if next.IsZero() {
-			r.wakeAt = now.Add(time.Hour)
+			r.disarm()
+		} else {
+			r.arm(next)
 		}
-		return nil, next
+		return nil
 	}
+	// The loop is busy until it collects again: wakeAt stays in the past,
+	// so that an Add meanwhile arms nothing needlessly.
+	r.wakeAt = now
 	groups := make(map[uint16][]*Entry)
 	var order []uint16
 	for e := range r.entries {
@@ -269,7 +288,7 @@ func (r *Renewer) collect(now time.Time) ([][]*Entry, time.Time) {
 			out = append(out, b)
 		}
 	}
-	return out, time.Time{}
+	return out
 }
 
 func (r *Renewer) call(b []*Entry) {

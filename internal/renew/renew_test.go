@@ -174,3 +174,39 @@ func TestEarlierEntryWakesLoop(t *testing.T) {
 		}
 	})
 }
+
+// wakeups returns how many times r's loop has woken from its wait.
+func (r *Renewer) wakeups() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wakes
+}
+
+// A Lock and its Unlock, 5 ms apart from the next pair, while nothing else
+// is held: the loop has nothing to renew before the entry would fall due,
+// so neither Add nor Remove wakes it (a wake-up is a context switch on the
+// Lock's path), and once the last entry is gone it sleeps until the next.
+func TestIdlePairsDoNotWakeLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{held: map[string]bool{"k": true}}
+		r := New(Config{Period: 10 * time.Second, Run: f.run})
+		defer r.Stop()
+		synctest.Wait() // the loop is asleep
+		for range 100 {
+			e := &Entry{Key: "k", TTL: 30 * time.Second, Holder: &holder{}}
+			r.Add(e, time.Now().Add(10*time.Second))
+			r.Remove(e)
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := r.wakeups(); n != 0 {
+			t.Fatalf("the loop woke %d times for 100 Lock/Unlock pairs with nothing held between them, want 0", n)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.calls) != 0 {
+			t.Fatalf("%d renewal calls for locks released before they fell due", len(f.calls))
+		}
+	})
+}
