@@ -77,7 +77,7 @@ func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Qu
 	a := &p.e.Args
 	if q.Entry == "" && !p.fair {
 		// The common call: four arguments, acquire.lua's first branch.
-		return wire.NewCall(scriptAcquire.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs), scriptAcquire)
+		return scriptAcquire.IntCall(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs)
 	}
 	var entry any = ""
 	if q.Entry != "" {
@@ -87,8 +87,8 @@ func (p *Mutex) Attempt(l *lease.Lease, ttl time.Duration, count int, q lease.Qu
 	if q.Registered && q.Handoff && q.Entry != "" {
 		registered = "h" // acquire.lua checks for the hand-off first
 	}
-	return wire.NewCall(scriptAcquire.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs,
-		entry, registered, a.QueueTTLMs, flag(p.fair), a.ClaimMs), scriptAcquire)
+	return scriptAcquire.IntCall(l.Buf(), p.keys[:3], l.FieldArg(), p.e.TTLArg(ttl), count, a.FenceTTLMs,
+		entry, registered, a.QueueTTLMs, flag(p.fair), a.ClaimMs)
 }
 
 // AttemptReply implements lease.Protocol: acquire.lua answers one integer.
@@ -116,9 +116,9 @@ func (p *Mutex) AttemptReply(cmd redis.Cmder, count int) (lease.Reply, error) {
 func (p *Mutex) Release(l *lease.Lease, count int, all bool) *wire.Call {
 	a := &p.e.Args
 	if all {
-		return wire.NewCall(scriptRelease.IntCmd(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token(), "1"), scriptRelease)
+		return scriptRelease.IntCall(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token(), "1")
 	}
-	return wire.NewCall(scriptRelease.IntCmd(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token()), scriptRelease)
+	return scriptRelease.IntCall(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token())
 }
 
 // ReleaseReply implements lease.Protocol: release.lua answers one integer.

@@ -97,6 +97,18 @@ func (s *Script) IntCmd(buf []any, keys []any, args ...any) *redis.IntCmd {
 	return cmd
 }
 
+// IntCall is a Call (NewCall) of an EVALSHA of s whose reply is one
+// integer, with its arguments laid out in buf (which the caller keeps until
+// the reply is in). Unlike NewCall of IntCmd it allocates nothing: the
+// command is part of the pooled Call, so it is read before Free and not
+// kept after.
+func (s *Script) IntCall(buf []any, keys []any, args ...any) *Call {
+	cl := callPool.Get().(*Call)
+	cl.intCmd = *redis.NewIntCmd(context.Background(), s.Args(buf, keys, args...)...)
+	cl.intCmd.SetFirstKeyPos(3)
+	return cl.init(&cl.intCmd, s)
+}
+
 // Run sends an EVALSHA of s through w's batcher and returns its reply, or,
 // once ctx is done, a command failed with ctx's cause (the call itself goes
 // on, unobserved). keys and args are boxed by the caller.

@@ -82,6 +82,9 @@ type Call struct {
 
 	state atomic.Int32
 	done  chan struct{} // receives once the reply is in, unless abandoned
+	// intCmd is the command of a call made by Script.IntCall: it comes
+	// from the pool with the Call, and goes back with it at Free.
+	intCmd redis.IntCmd
 }
 
 // Undoer undoes or finishes a call whose caller left, given the call's
@@ -102,15 +105,19 @@ var callPool = sync.Pool{New: func() any { return &Call{done: make(chan struct{}
 // NewCall returns a call for cmd from the pool; s is the script cmd runs,
 // or nil.
 func NewCall(cmd redis.Cmder, s *Script) *Call {
-	cl := callPool.Get().(*Call)
+	return callPool.Get().(*Call).init(cmd, s)
+}
+
+func (cl *Call) init(cmd redis.Cmder, s *Script) *Call {
 	expectReply(cmd)
 	cl.Cmd, cl.Script = cmd, s
 	cl.state.Store(queued)
 	return cl
 }
 
-// Free returns an answered call to the pool. Never call it on an abandoned
-// call: its handler owns it.
+// Free returns an answered call to the pool, with its command if
+// Script.IntCall made it: read the reply before. Never call it on an
+// abandoned call: its handler owns it.
 func (cl *Call) Free() {
 	*cl = Call{done: cl.done}
 	callPool.Put(cl)
