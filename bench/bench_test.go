@@ -19,7 +19,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startTestRedis starts a private redis-server for one test.
-func startTestRedis(t *testing.T) *redisServer {
+func startTestRedis(t testing.TB) *redisServer {
 	t.Helper()
 	bin := findBin("", "redis-server")
 	if bin == "" {

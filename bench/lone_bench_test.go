@@ -21,7 +21,7 @@ import (
 //
 //	go test -run '^$' -bench LonePair -benchmem -count 6 -cpuprofile cpu.out
 func BenchmarkLonePair(b *testing.B) {
-	srv := startBenchRedis(b)
+	srv := startTestRedis(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.Run("lib=dlock", func(b *testing.B) {
@@ -83,19 +83,4 @@ func warm(b *testing.B, f func() error) {
 			b.Fatal(err)
 		}
 	}
-}
-
-// startBenchRedis starts a private redis-server for one benchmark.
-func startBenchRedis(b *testing.B) *redisServer {
-	b.Helper()
-	bin := findBin("", "redis-server")
-	if bin == "" {
-		b.Fatal("redis-server not found")
-	}
-	srv, err := startRedis(bin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Stop)
-	return srv
 }
