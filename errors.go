@@ -9,6 +9,15 @@ var (
 	// Nothing is changed.
 	ErrNotHeld = lease.ErrNotHeld
 
+	// ErrAmbiguous is returned by Unlock, RUnlock, Extend, RExtend and
+	// HoldCount when the Client has several holds the call could mean and
+	// its context names none of them: several read holds of one RWMutex,
+	// and a context that carries none of them and took none or more than
+	// one of them. Nothing is changed. Unlock with the context the lock
+	// call returned (ReadContext, LockContext, WithLock's fn), or with the
+	// one the lock call was given when each caller has its own.
+	ErrAmbiguous = lease.ErrAmbiguous
+
 	// ErrLockLost is wrapped by every reason a hold ended without Unlock: it is
 	// the cause of the hold's context, what Err returns, and what Unlock returns
 	// for a hold that had been lost. A *LossError says which reason; errors.Is

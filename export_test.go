@@ -103,7 +103,10 @@ func mustLockTwice(t testing.TB, m *Mutex) {
 const goneCode = lease.CodeGone
 
 // current is the hold an Unlock with ctx would release.
-func (m *Mutex) current(ctx context.Context) hold { return hold{m.hd.Current(ctx)} }
+func (m *Mutex) current(ctx context.Context) hold {
+	h, _ := m.hd.Current(ctx)
+	return hold{h}
+}
 
 // testEnter takes m's gate and returns a hold no lock call made.
 func (m *Mutex) testEnter(ctx context.Context) (hold, bool) {
@@ -161,3 +164,6 @@ func recordReliability(t *testing.T, r reliabilityRow) {
 		ReliabilityHook(t, r.Scenario, r.Faults, r.Grants, r.Accepted, r.Told, r.Signal, r.Notes)
 	}
 }
+
+// handleCount is how many handles c's registry refers to.
+func (c *Client) handleCount() int { return c.handles.len() }

@@ -81,16 +81,22 @@ type RWMutex struct {
 	w, r lease.Handle
 }
 
-// RWMutex returns a handle on the read-write lock name. An invalid name is
-// reported by the first method call.
+// RWMutex returns the Client's handle on the read-write lock name: the
+// same *RWMutex for the same name, as Client.Mutex does. An invalid name is
+// reported by the first method call. Safe for concurrent use.
 func (c *Client) RWMutex(name string) *RWMutex {
+	return lookup(&c.handles, handleKey{handleRW, name}, c, newRWMutex)
+}
+
+func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 	rw := &RWMutex{name: name}
 	rw.w.Init(c.e, name, &rw.p.Write)
 	rw.r.Init(c.e, name, &rw.p.Read)
-	if rw.w.NameErr() == nil {
-		rw.p.Init(c.e, name)
+	if rw.w.NameErr() != nil {
+		return rw, false
 	}
-	return rw
+	rw.p.Init(c.e, name)
+	return rw, true
 }
 
 // Name returns the lock's name.

@@ -8,6 +8,7 @@ import (
 // The errors of dlock; the root package documents each under the same name.
 var (
 	ErrNotHeld         = errors.New("dlock: lock not held")
+	ErrAmbiguous       = errors.New("dlock: several holds and the context names none")
 	ErrLockLost        = errors.New("dlock: lock lost")
 	ErrWaitTimeout     = errors.New("dlock: wait timed out")
 	ErrInvalidArgument = errors.New("dlock: invalid argument")

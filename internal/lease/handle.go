@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -144,22 +145,52 @@ func (hd *Handle) vacate(h *Lease) {
 
 // Current is the lease an Unlock with ctx releases: the one ctx carries,
 // even when it has ended (its release then answers ErrNotHeld or its
-// loss), or else, when ctx carries none, the handle's most recent
-// unfinished one; nil when there is none. A context's hold never stands for
-// another: an ended hold's balanced Unlocks must not release the next
-// holder's hold of the same handle.
-func (hd *Handle) Current(ctx context.Context) *Lease {
+// loss), or else, when ctx carries none, the handle's one unfinished lease;
+// nil when there is none. A context's hold never stands for another: an
+// ended hold's balanced Unlocks must not release the next holder's hold of
+// the same handle.
+//
+// A shared handle (the read side) may have several unfinished leases: of
+// those, a ctx that carries none names the one taken with ctx itself (the
+// context the lock call was given). When it names none or several of them,
+// Current answers an error wrapping ErrAmbiguous: releasing another
+// caller's hold would leave its holder without the share it counts on (a
+// short lease released for a renewed one) while the wrong hold lives on.
+func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
-			return h
+			return h, nil
 		}
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	if n := len(hd.cur); n > 0 {
-		return hd.cur[n-1]
+	switch len(hd.cur) {
+	case 0:
+		return nil, nil
+	case 1:
+		return hd.cur[0], nil
 	}
-	return nil
+	var mine *Lease
+	taken := 0
+	for _, h := range hd.cur {
+		if sameContext(h.parent, ctx) {
+			mine = h
+			taken++
+		}
+	}
+	if taken == 1 {
+		return mine, nil
+	}
+	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
+		"and the context carries none: unlock with the context the lock call returned (ReadContext, "+
+		"LockContext, WithLock's fn) or the one it was given", ErrAmbiguous, len(hd.cur), hd.p.Kind(), hd.name, taken)
+}
+
+// sameContext reports whether a and b are the same context, without the
+// panic == gives for two values of one uncomparable type.
+func sameContext(a, b context.Context) bool {
+	t := reflect.TypeOf(a)
+	return t != nil && t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 // Last is the lease Token, Done and Err describe: the current one, or the
@@ -210,7 +241,7 @@ func (hd *Handle) Owner() string {
 }
 
 // Unlock releases one hold count of the lease ctx carries or, failing that,
-// of the handle's current lease. The release is sent whatever ctx says, on
+// of the handle's current lease (see Current). The release is sent whatever ctx says, on
 // a goroutine of its own bounded by the cleanup timeout; Unlock returns its
 // outcome, or as soon as ctx is done.
 func (hd *Handle) Unlock(ctx context.Context) error {
@@ -220,11 +251,14 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 	if hd.nameErr != nil {
 		return hd.nameErr
 	}
-	h := hd.Current(ctx)
+	h, err := hd.Current(ctx)
 	if h == nil {
-		err := ErrNotHeld
-		if hd.e.closed.Load() {
+		switch {
+		case err != nil:
+		case hd.e.closed.Load():
 			err = ErrClosed
+		default:
+			err = ErrNotHeld
 		}
 		if len(hd.e.Cfg.Observers) > 0 {
 			ObserveRelease(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err, Weight: 1})
