@@ -167,3 +167,12 @@ func recordReliability(t *testing.T, r reliabilityRow) {
 
 // handleCount is how many handles c's registry refers to.
 func (c *Client) handleCount() int { return c.handles.len() }
+
+// privateMutex is a Mutex handle of c's outside its registry: several of
+// them on one name wait in Redis side by side (as one Client's readers and
+// permits do), where the handle Client.Mutex returns lets one at a time
+// through its gate. For tests of the engine's waiting.
+func privateMutex(c *Client, name string) *Mutex {
+	m, _ := newMutex(c, name)
+	return m
+}

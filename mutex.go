@@ -257,4 +257,4 @@ func (m *Mutex) Done() <-chan struct{} { return m.hd.Done() }
 // Err returns why the handle's current or most recent hold was lost (a
 // *LossError wrapping ErrLockLost), or nil while it is held and when it
 // ended by Unlock.
-func (m *Mutex) Err() error { return m.hd.Err() }
+func (m *Mutex) Err() error { return publicErr(m.hd.Err()) }

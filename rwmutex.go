@@ -172,7 +172,7 @@ func (rw *RWMutex) RToken() uint64 { return rw.r.Token() }
 func (rw *RWMutex) Done() <-chan struct{} { return rw.w.Done() }
 
 // Err returns why the current or last write hold was lost; see Mutex.Err.
-func (rw *RWMutex) Err() error { return rw.w.Err() }
+func (rw *RWMutex) Err() error { return publicErr(rw.w.Err()) }
 
 // RLocker returns the read side as a Member (and so a Locker): its TryLock,
 // Lock and Unlock are TryRLock, RLock and RUnlock of this handle.
@@ -196,4 +196,4 @@ func (l *readLocker) Token() uint64 { return l.rw.RToken() }
 func (l *readLocker) Done() <-chan struct{} { return l.rw.r.Done() }
 
 // Err returns why the most recent read hold was lost.
-func (l *readLocker) Err() error { return l.rw.r.Err() }
+func (l *readLocker) Err() error { return publicErr(l.rw.r.Err()) }

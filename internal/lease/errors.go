@@ -52,6 +52,14 @@ func (e *LossError) Unwrap() []error {
 	return []error{ErrLockLost, e.Reason}
 }
 
+// AsPublic, set by the root package, lets errors.As find a *LossError as
+// the public dlock.LossError (a type of the same fields the engine cannot
+// name): it reports whether target is a pointer to one, and sets it.
+var AsPublic func(e *LossError, target any) bool
+
+// As implements errors.As for the public twin of LossError (AsPublic).
+func (e *LossError) As(target any) bool { return AsPublic != nil && AsPublic(e, target) }
+
 func lossError(name string, reason, err error) *LossError {
 	return &LossError{Name: name, Reason: reason, Err: err}
 }
