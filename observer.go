@@ -180,7 +180,9 @@ func (a *observed) ReleaseDone(started any, x lease.Release) {
 	started.(func(Release))(Release{Kind: Kind(x.Kind), Name: x.Name, Final: x.Final, Held: x.Held, Err: x.Err, Weight: x.Weight})
 }
 
-func (a *observed) Lost(k lease.Kind, name string, cause error) { a.o.Lost(Kind(k), name, publicErr(cause)) }
+func (a *observed) Lost(k lease.Kind, name string, cause error) {
+	a.o.Lost(Kind(k), name, publicErr(cause))
+}
 
 func (a *observed) Renewed(n int, err error) { a.o.Renewed(n, err) }
 
