@@ -22,9 +22,12 @@ import (
 // between request goroutines is how Go code uses a mutex, so the context,
 // which does follow the call chain, carries ownership (see the package doc).
 //
-// Unlock with a context that carries no hold of the name releases the
-// handle's current hold, as sync.Mutex lets any goroutine unlock. Token,
-// Done and Err describe the handle's current hold (or its last one).
+// Client.Mutex returns the same handle for the same name (a handle is a
+// name lookup: see the package doc), so the handle's hold is the Client's
+// hold of the name, whichever goroutine or lookup took it. Unlock with a
+// context that carries no hold of the name releases that hold, as
+// sync.Mutex lets any goroutine unlock. Token, Done and Err describe the
+// handle's current hold (or its last one).
 //
 // A Mutex is safe for concurrent use.
 //

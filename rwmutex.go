@@ -17,9 +17,18 @@ import (
 // every earlier writer's).
 //
 // Like sync.RWMutex, one handle shared by goroutines admits one writer at a
-// time, or any number of readers. Both sides are reentrant along the call
-// chain, as Mutex is: a call whose ctx carries a hold of the name re-enters
-// it (WriteContext and ReadContext return such a context; so does WithLock).
+// time, or any number of readers; Client.RWMutex returns the same handle for
+// the same name. Both sides are reentrant along the call chain, as Mutex
+// is: a call whose ctx carries a hold of the name re-enters it
+// (WriteContext and ReadContext return such a context; so does WithLock).
+//
+// Unlock and RUnlock release the hold their ctx carries. With a ctx that
+// carries none, Unlock releases the Client's write hold; RUnlock releases
+// the Client's one read hold of the name, or of several, the one taken with
+// that very ctx, and otherwise returns an error wrapping ErrAmbiguous and
+// releases nothing (see "Handles are name lookups" in the package doc):
+// concurrent readers unlock with ReadContext's context, or each with a
+// context of its own.
 //
 // # Rules
 //
@@ -131,8 +140,8 @@ func (rw *RWMutex) Extend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &rw.w, lease)
 }
 
-// RExtend gives the read hold ctx carries (or else the most recent one)
-// lease from now; see Mutex.Extend. A read hold's share of the lock in
+// RExtend gives the read hold ctx carries (or else the one RUnlock with
+// ctx would release) lease from now; see Mutex.Extend. A read hold's share of the lock in
 // Redis is never shortened by it: other readers may rely on it.
 func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &rw.r, lease)
@@ -159,7 +168,9 @@ func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (
 }
 
 // RUnlock releases one read hold: of the read hold ctx carries, or else of
-// the handle's most recent one; see Mutex.Unlock.
+// the Client's one read hold of the name, or of several, the one taken with
+// ctx itself; when ctx names none of several, it returns an error wrapping
+// ErrAmbiguous and changes nothing. See Mutex.Unlock.
 func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.
