@@ -160,3 +160,42 @@ func TestHandleRegistryForgetsUnusedHandles(t *testing.T) {
 		t.Fatalf("Unlock of the held lock through a new lookup: %v", err)
 	}
 }
+
+// Redisson's other habit: a lock taken with a lease and left to expire.
+// The expired hold, which nobody unlocked, does not keep the name from the
+// Client's next lock call: that call drops it (an Unlock with its context
+// still reports the loss), and the name's read holds do not pile up.
+func TestHandleExpiredLeaseDoesNotBlockTheName(t *testing.T) {
+	c := newClient(t, shared)
+	ctx := ctxT(t)
+	const name = "handle32:expired"
+	hctx, err := c.Mutex(name).TryLockContext(ctx, 0, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, hctx, 5*time.Second, "the 50ms lease")
+	waitGone(t, c, name, 5*time.Second)
+	if ok, err := c.Mutex(name).TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock after the unreleased lease expired: %v, %v", ok, err)
+	}
+	if err := c.Mutex(name).Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the new hold: %v", err)
+	}
+	if err := c.Mutex(name).Unlock(hctx); !errors.Is(err, ErrLeaseEnded) {
+		t.Fatalf("Unlock with the expired hold's context: %v, want ErrLeaseEnded", err)
+	}
+
+	rw := c.RWMutex(name + ":rw")
+	for range 3 {
+		if ok, err := rw.TryRLock(ctx, 0, 30*time.Millisecond); !ok || err != nil {
+			t.Fatalf("TryRLock: %v, %v", ok, err)
+		}
+		waitGone(t, c, rw.Name(), 5*time.Second)
+	}
+	if err := rw.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.RUnlock(ctx); err != nil {
+		t.Fatalf("RUnlock of the one live read hold beside expired ones: %v", err)
+	}
+}

@@ -103,7 +103,9 @@ func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err err
 }
 
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
+// It first drops the handle's lost leases (dropLost).
 func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
+	hd.dropLost()
 	switch {
 	case hd.p.Shared():
 		return true, nil
@@ -114,6 +116,32 @@ func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// dropLost finishes the handle's leases that were lost and that nobody has
+// unlocked yet, so that a new lock call is not kept waiting by them: a
+// lease left to expire (Redisson's habit: lock with a lease, never unlock)
+// would otherwise keep an exclusive handle's gate, which the Client hands
+// out for the name, until Unlock, and pile up in a shared one. Nothing is
+// sent: a lost lease is no longer vouched for, and whatever Redis still
+// has of it ends by its TTL, as it would for another process, so the new
+// lease waits for it there. An Unlock with a dropped lease's context still
+// answers its loss; one with a context that carries no hold no longer
+// finds it.
+func (hd *Handle) dropLost() {
+	var lost [4]*Lease
+	n := 0
+	hd.mu.Lock()
+	for _, h := range hd.cur {
+		if n < len(lost) && h.Err() != nil {
+			lost[n] = h
+			n++
+		}
+	}
+	hd.mu.Unlock()
+	for _, h := range lost[:n] {
+		h.finish()
+	}
 }
 
 func (hd *Handle) exit() {
