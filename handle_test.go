@@ -42,7 +42,8 @@ func TestHandleRedissonHabit(t *testing.T) {
 			t.Fatalf("%s: a second Unlock = %v, want ErrNotHeld", s.kind, err)
 		}
 	}
-	if c.Mutex(name) != c.Mutex(name) || c.RWMutex(name) != c.RWMutex(name) || c.FairMutex(name) != c.FairMutex(name) {
+	m, rw, f := c.Mutex(name), c.RWMutex(name), c.FairMutex(name)
+	if c.Mutex(name) != m || c.RWMutex(name) != rw || c.FairMutex(name) != f {
 		t.Fatal("two lookups of one name and kind gave two handles")
 	}
 	if c.Mutex(name) == &c.FairMutex(name).Mutex || c.Mutex(name) == other.Mutex(name) {
