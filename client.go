@@ -18,6 +18,7 @@ type Client struct {
 	e        *lease.Engine
 	cfg      config
 	fallback *tier.Tiers // WithFallback; nil without
+	handles  handles     // the handles of Mutex, FairMutex and RWMutex, by name
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel

@@ -31,8 +31,36 @@
 // it) on the same name by the same Client re-enters and counts, as Redisson's
 // hold count does. Nested WithLock calls therefore work, and a loss of the
 // outer hold cancels the inner context too. Unlock with such a context
-// releases that hold; Unlock with any other context releases the handle's
-// current hold, as sync.Mutex lets any goroutine unlock.
+// releases that hold (or, once that hold has ended, reports its end and
+// releases nothing else); Unlock with any other context releases the
+// Client's hold of the name, as sync.Mutex lets any goroutine unlock (see
+// below for read holds).
+//
+// # Handles are name lookups
+//
+// Client.Mutex(name) returns the Client's handle on name: the same *Mutex
+// every time (FairMutex and RWMutex likewise, one handle per kind and name).
+// Ask for it wherever it is needed, as Redisson code calls getLock(name):
+// c.Mutex("h1").Lock(ctx) in one function and c.Mutex("h1").Unlock(ctx) in
+// another take and release one hold. Goroutines that lock one name through
+// one Client wait for each other at that handle, in arrival order, and one
+// at a time in Redis. Two Clients are two owners, and so are a Mutex and a
+// FairMutex of one name. The Client refers to its handles weakly: one that
+// nothing refers to any more (no variable, no hold, no waiter) is
+// collected, so looking up millions of names keeps only those in use.
+//
+// Which hold an Unlock (RUnlock, Extend, HoldCount) with a context that
+// carries no hold of the name means: the Client's one hold of the name and
+// kind, whichever goroutine or lookup took it. Only the read side of an
+// RWMutex can have several at once (readers share): RUnlock then releases
+// the one read hold taken with that very context (the ctx given to RLock),
+// and when none or several were, it returns an error wrapping ErrAmbiguous
+// and releases nothing: releasing another reader's hold would end the share
+// that reader counts on (a renewed hold released for a short lease that is
+// about to end) while the wrong hold lives on. Readers that run at once
+// should unlock with the context ReadContext returns, or each lock and
+// unlock with a context of its own (a request's). A refused RUnlock leaves
+// the hold renewed until Close: check its error.
 //
 // Every hold has an owner field of its own ("<client id>:<n>", n never
 // reused), so a resent script (go-redis resends after a lost reply) can tell

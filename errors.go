@@ -9,6 +9,15 @@ var (
 	// Nothing is changed.
 	ErrNotHeld = lease.ErrNotHeld
 
+	// ErrAmbiguous is returned by Unlock, RUnlock, Extend, RExtend and
+	// HoldCount when the Client has several holds the call could mean and
+	// its context names none of them: several read holds of one RWMutex,
+	// and a context that carries none of them and took none or more than
+	// one of them. Nothing is changed. Unlock with the context the lock
+	// call returned (ReadContext, LockContext, WithLock's fn), or with the
+	// one the lock call was given when each caller has its own.
+	ErrAmbiguous = lease.ErrAmbiguous
+
 	// ErrLockLost is wrapped by every reason a hold ended without Unlock: it is
 	// the cause of the hold's context, what Err returns, and what Unlock returns
 	// for a hold that had been lost. A *LossError says which reason; errors.Is
@@ -90,5 +99,43 @@ var (
 
 // LossError says why a hold ended without Unlock. It matches ErrLockLost and
 // its Reason with errors.Is, and the error that caused it (if any) through
-// Unwrap. A LossError is immutable; safe for concurrent use.
-type LossError = lease.LossError
+// Unwrap. Find it with errors.As, in an error dlock returned or in a hold's
+// context's cause. A LossError is immutable; safe for concurrent use.
+type LossError struct {
+	// Name is the lock's name.
+	Name string
+	// Reason is why the hold ended: ErrUnconfirmed, ErrTakenOver,
+	// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded,
+	// ErrMaxHold or ErrReleaseFailed.
+	Reason error
+	// Err is the error that caused the loss (a renewal's or a release's),
+	// or nil.
+	Err error
+}
+
+// Error says which lock was lost and why.
+func (e *LossError) Error() string { return (*lease.LossError)(e).Error() }
+
+// Unwrap returns ErrLockLost, the reason and the underlying error (if any).
+func (e *LossError) Unwrap() []error { return (*lease.LossError)(e).Unwrap() }
+
+// The engine's losses are its own type, of the same fields: errors.As with
+// a *LossError target finds them as this one, the same value.
+func init() {
+	lease.AsPublic = func(e *lease.LossError, target any) bool {
+		p, ok := target.(**LossError)
+		if ok {
+			*p = (*LossError)(e)
+		}
+		return ok
+	}
+}
+
+// publicErr returns err, a loss the engine made as a *LossError: what a
+// handle's Err returns can be type-switched as its documentation says.
+func publicErr(err error) error {
+	if le, ok := err.(*lease.LossError); ok {
+		return (*LossError)(le)
+	}
+	return err
+}

@@ -115,17 +115,16 @@ func ExampleRWMutex() {
 	defer locks.Close()
 	ctx := context.Background()
 
-	// Many readers at once, in any process...
-	a, b := locks.RWMutex("example:catalog"), locks.RWMutex("example:catalog")
-	_ = a.RLock(ctx)
-	ok, _ := b.TryRLock(ctx, 0, 0)
-	fmt.Println("second reader:", ok)
-	// ...but no writer while they read. A reader may not upgrade:
+	// Many readers at once, in any process. Each unlocks with the context
+	// its read lock returned: one Client's read holds are told apart by it.
+	a := locks.RWMutex("example:catalog")
 	reading, _ := a.ReadContext(ctx, 0, 0)
+	other, err := locks.RWMutex("example:catalog").ReadContext(ctx, 0, 0)
+	fmt.Println("second reader:", err == nil)
+	// ...but no writer while they read. A reader may not upgrade:
 	fmt.Println("upgrade refused:", errors.Is(a.Lock(reading), dlock.ErrUpgrade))
 	_ = a.RUnlock(reading)
-	_ = a.RUnlock(ctx)
-	_ = b.RUnlock(ctx)
+	_ = a.RUnlock(other)
 
 	// The writer excludes everyone, and may downgrade to a read hold: a read
 	// lock call with the write hold's context takes the read side as the

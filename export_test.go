@@ -103,7 +103,10 @@ func mustLockTwice(t testing.TB, m *Mutex) {
 const goneCode = lease.CodeGone
 
 // current is the hold an Unlock with ctx would release.
-func (m *Mutex) current(ctx context.Context) hold { return hold{m.hd.Current(ctx)} }
+func (m *Mutex) current(ctx context.Context) hold {
+	h, _ := m.hd.Current(ctx)
+	return hold{h}
+}
 
 // testEnter takes m's gate and returns a hold no lock call made.
 func (m *Mutex) testEnter(ctx context.Context) (hold, bool) {
@@ -160,4 +163,16 @@ func recordReliability(t *testing.T, r reliabilityRow) {
 	if ReliabilityHook != nil {
 		ReliabilityHook(t, r.Scenario, r.Faults, r.Grants, r.Accepted, r.Told, r.Signal, r.Notes)
 	}
+}
+
+// handleCount is how many handles c's registry refers to.
+func (c *Client) handleCount() int { return c.handles.len() }
+
+// privateMutex is a Mutex handle of c's outside its registry: several of
+// them on one name wait in Redis side by side (as one Client's readers and
+// permits do), where the handle Client.Mutex returns lets one at a time
+// through its gate. For tests of the engine's waiting.
+func privateMutex(c *Client, name string) *Mutex {
+	m, _ := newMutex(c, name)
+	return m
 }

@@ -46,10 +46,16 @@ type FairMutex struct {
 	Mutex
 }
 
-// FairMutex returns a handle on the fair lock name. An invalid name is
-// reported by the handle's first method call.
+// FairMutex returns the Client's handle on the fair lock name: the same
+// *FairMutex for the same name, as Client.Mutex does (a FairMutex and a
+// Mutex of one name are two handles). An invalid name is reported by the
+// handle's first method call. Safe for concurrent use.
 func (c *Client) FairMutex(name string) *FairMutex {
+	return lookup(&c.handles, handleKey{handleFair, name}, c, newFairMutex)
+}
+
+func newFairMutex(c *Client, name string) (*FairMutex, bool) {
 	f := &FairMutex{}
 	f.init(c, name, true)
-	return f
+	return f, f.hd.NameErr() == nil
 }

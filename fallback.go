@@ -153,8 +153,11 @@ func FallbackReason(err error) string { return tier.Reason(err) }
 func (c *Client) newTiers() *tier.Tiers {
 	fc := c.cfg.fallbackCfg
 	cfg := tier.Config{
-		Fallback: c.cfg.fallback, Breaker: fc.breaker, Quarantine: fc.quarantine, Recovery: fc.recovery,
-		ClientID: c.cfg.ClientID, Watchdog: c.cfg.Watchdog, Redis: c.withRedisLock,
+		Fallback: fallbackTier{c.cfg.fallback}, Breaker: fc.breaker, Quarantine: fc.quarantine, Recovery: fc.recovery,
+		ClientID: c.cfg.ClientID, Watchdog: c.cfg.Watchdog,
+		Redis: func(ctx context.Context, req tier.Request, fn func(context.Context) error) error {
+			return c.withRedisLock(ctx, fallbackRequest(req), fn)
+		},
 		Raise: func(ctx context.Context, name string, tok uint64) error {
 			return kind.RaiseFence(ctx, c.e, name, tok)
 		},
@@ -164,4 +167,13 @@ func (c *Client) newTiers() *tier.Tiers {
 		cfg.Witness = c.cfg.fallback.(RedisWitness)
 	}
 	return tier.New(cfg)
+}
+
+// fallbackTier is a Fallback as the tier calls it, with the tier's request.
+type fallbackTier struct{ f Fallback }
+
+func (t fallbackTier) Backend() string { return t.f.Backend() }
+
+func (t fallbackTier) Run(ctx context.Context, req tier.Request, fn func(context.Context) error) error {
+	return t.f.Run(ctx, fallbackRequest(req), fn)
 }

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,10 @@ func contend(t *testing.T, pick func(c *Client, g, i int) familyHold) {
 			go func() {
 				defer wg.Done()
 				owner := fmt.Sprintf("c%d/g%d", ci, g)
+				// Each goroutine's calls carry a context of its own, as
+				// each request's would: the read holds of one Client are
+				// told apart by it (ErrAmbiguous otherwise).
+				ctx := context.WithValue(ctx, ctxName("owner"), owner)
 				for i := range rounds {
 					h := pick(c, ci*perClient+g, i)
 					if err := h.l.Lock(ctx); err != nil {

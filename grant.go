@@ -11,22 +11,32 @@ import (
 const BackendRedis = lease.BackendRedis
 
 // Grant describes the hold a context carries: the context WithLock passes to
-// its fn, or one made by ContextWithGrant. Its fields are Name (the lock
-// name), Token (the hold's fencing token) and Backend (which tier granted
-// it). A Grant is a value; safe to copy and share.
-type Grant = lease.Grant
+// its fn, or one made by ContextWithGrant. A Grant is a value; safe to copy
+// and share.
+type Grant struct {
+	// Name is the lock's name.
+	Name string
+	// Token is the hold's fencing token.
+	Token uint64
+	// Backend is the tier that granted the hold: BackendRedis, or a
+	// Fallback's Backend ("mysql", "postgres").
+	Backend string
+}
 
 // ContextWithGrant returns a copy of ctx that carries g, for GrantFrom and
 // TokenFrom. dlock attaches the grant itself to the context WithLock passes
 // to fn; Fallback implementations use this to do the same. Safe for
 // concurrent use.
 func ContextWithGrant(ctx context.Context, g Grant) context.Context {
-	return lease.ContextWithGrant(ctx, g)
+	return lease.ContextWithGrant(ctx, lease.Grant(g))
 }
 
 // GrantFrom returns the innermost grant ctx carries, and whether it carries
 // one. Safe for concurrent use.
-func GrantFrom(ctx context.Context) (Grant, bool) { return lease.GrantFrom(ctx) }
+func GrantFrom(ctx context.Context) (Grant, bool) {
+	g, ok := lease.GrantFrom(ctx)
+	return Grant(g), ok
+}
 
 // HeldGrantFrom returns the innermost grant ctx carries if dlock attached it
 // for a hold a Client made (a lock's context, WithLock's fn context), and
@@ -34,7 +44,10 @@ func GrantFrom(ctx context.Context) (Grant, bool) { return lease.GrantFrom(ctx) 
 // ContextWithGrant, which anyone can call with any token. Use it where a
 // grant's token is trusted, as a fencing floor for another tier
 // (sqllock's WithLock does). Safe for concurrent use.
-func HeldGrantFrom(ctx context.Context) (Grant, bool) { return lease.HeldGrantFrom(ctx) }
+func HeldGrantFrom(ctx context.Context) (Grant, bool) {
+	g, ok := lease.HeldGrantFrom(ctx)
+	return Grant(g), ok
+}
 
 // TokenFrom returns the fencing token of the innermost grant ctx carries, or
 // 0 when it carries none. Pass it to the resource the lock protects and have

@@ -149,7 +149,7 @@ func TestResentFinalReleaseAfterTheNextHolders(t *testing.T) {
 	if v, err := h.releaseNow(ctx, 1, false); err != nil || v.v[0] != 1 {
 		t.Fatal(v, err)
 	}
-	other := c.Mutex("idem-resent-final")
+	other := newClient(t, shared).Mutex("idem-resent-final") // another owner
 	mustLock(t, other)
 	mustUnlock(t, other)
 	if err := m.Unlock(ctx); err != nil {

@@ -60,7 +60,7 @@ func TestOwnershipModel(t *testing.T) {
 	}
 	var mu sync.Mutex // guards shareds
 	handle := func(r *rand.Rand, ci int, name string) any {
-		private := r.IntN(3) == 0
+		private := r.IntN(3) == 0 // looked up again: the Client returns its one handle of the name (issue 32)
 		mu.Lock()
 		defer mu.Unlock()
 		if h, ok := shareds[ci][name]; ok && !private {

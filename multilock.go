@@ -124,9 +124,9 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 
 func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration, forever bool) (ok bool, err error) {
 	start := time.Now()
-	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, KindMulti, ml.name); finish != nil {
+	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name); finish != nil {
 		defer func() {
-			finish(Acquisition{Kind: KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
+			finish(lease.Acquisition{Kind: lease.KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
 				Err: err, Waited: time.Since(start), Weight: 1})
 		}()
 	}
@@ -161,9 +161,9 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if ml.err != nil {
 		return ml.err
 	}
-	var final func(Release)
+	var final func(lease.Release)
 	if len(ml.c.cfg.Observers) > 0 {
-		final = lease.ObserveRelease(ml.c.cfg.Observers, ctx, KindMulti, ml.name)
+		final = lease.ObserveRelease(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name)
 	}
 	var errs []error
 	for i := len(ml.members) - 1; i >= 0; i-- {
@@ -175,7 +175,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if final != nil {
 		// Final only when the members were held: a second Unlock (every
 		// member ErrNotHeld) released nothing.
-		final(Release{Kind: KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err, Weight: 1})
+		final(lease.Release{Kind: lease.KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err, Weight: 1})
 	}
 	return err
 }

@@ -22,9 +22,12 @@ import (
 // between request goroutines is how Go code uses a mutex, so the context,
 // which does follow the call chain, carries ownership (see the package doc).
 //
-// Unlock with a context that carries no hold of the name releases the
-// handle's current hold, as sync.Mutex lets any goroutine unlock. Token,
-// Done and Err describe the handle's current hold (or its last one).
+// Client.Mutex returns the same handle for the same name (a handle is a
+// name lookup: see the package doc), so the handle's hold is the Client's
+// hold of the name, whichever goroutine or lookup took it. Unlock with a
+// context that carries no hold of the name releases that hold, as
+// sync.Mutex lets any goroutine unlock. Token, Done and Err describe the
+// handle's current hold (or its last one).
 //
 // A Mutex is safe for concurrent use.
 //
@@ -41,12 +44,19 @@ type Mutex struct {
 	p  kind.Mutex
 }
 
-// Mutex returns a handle on the reentrant lock name. An invalid name is
-// reported by the handle's first method call.
+// Mutex returns the Client's handle on the reentrant lock name: the same
+// *Mutex for the same name, so Mutex(name).Lock here and Mutex(name).Unlock
+// there take and release one lock (see "Handles are name lookups" in the
+// package doc). An invalid name is reported by the handle's first method
+// call. Safe for concurrent use.
 func (c *Client) Mutex(name string) *Mutex {
+	return lookup(&c.handles, handleKey{handleMutex, name}, c, newMutex)
+}
+
+func newMutex(c *Client, name string) (*Mutex, bool) {
 	m := &Mutex{}
 	m.init(c, name, false)
-	return m
+	return m, m.hd.NameErr() == nil
 }
 
 func (m *Mutex) init(c *Client, name string, fair bool) {
@@ -183,9 +193,12 @@ func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Extend needs a lease > 0, got %v", ErrInvalidArgument, d)
 	}
-	h := hd.Current(ctx)
+	h, err := hd.Current(ctx)
 	if h == nil {
-		return ErrNotHeld
+		if err == nil {
+			err = ErrNotHeld
+		}
+		return err
 	}
 	return h.Extend(ctx, d)
 }
@@ -220,10 +233,11 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.hd.Check(ctx, 0); err != nil {
 		return 0, err
 	}
-	if h := m.hd.Current(ctx); h != nil {
-		return m.p.HoldCount(ctx, h.Field())
+	h, err := m.hd.Current(ctx)
+	if h == nil {
+		return 0, err
 	}
-	return 0, nil
+	return m.p.HoldCount(ctx, h.Field())
 }
 
 // RemainingTTL returns the lock's remaining time to live, whoever holds it:
@@ -249,4 +263,4 @@ func (m *Mutex) Done() <-chan struct{} { return m.hd.Done() }
 // Err returns why the handle's current or most recent hold was lost (a
 // *LossError wrapping ErrLockLost), or nil while it is held and when it
 // ended by Unlock.
-func (m *Mutex) Err() error { return m.hd.Err() }
+func (m *Mutex) Err() error { return publicErr(m.hd.Err()) }

@@ -140,7 +140,7 @@ func TestReentrancyAndOwnership(t *testing.T) {
 	c := newClient(t, r)
 	ctx := ctxT(t)
 	m := c.Mutex("reentrant")
-	other := c.Mutex("reentrant")
+	other := newClient(t, r).Mutex("reentrant") // another Client: another owner
 	hctx := lockCtx(t, m)
 	tok := m.Token()
 	if err := m.Lock(hctx); err != nil { // re-entry: hctx carries the hold
@@ -161,7 +161,10 @@ func TestReentrancyAndOwnership(t *testing.T) {
 	if n, _ := m.HoldCount(ctx); n != 2 {
 		t.Fatalf("a non-owner's Unlock changed the count to %d", n)
 	}
-	mustUnlock(t, m)
+	// The same Client's handle of the name is m: its Unlock counts down.
+	if err := c.Mutex("reentrant").Unlock(ctx); err != nil {
+		t.Fatalf("Unlock through the name looked up again: %v", err)
+	}
 	if l, _ := m.IsLocked(ctx); !l {
 		t.Fatal("released at count 1")
 	}

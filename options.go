@@ -174,7 +174,7 @@ func WithObserver(o Observer) Option {
 		if o == nil {
 			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
 		}
-		c.Observers = append(c.Observers, o)
+		c.Observers = append(c.Observers, observe(o))
 		return nil
 	}
 }

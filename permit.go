@@ -34,7 +34,7 @@ func (p *Permit) Done() <-chan struct{} { return p.l.Done() }
 // Err returns why the permit ended without Release (a *LossError wrapping
 // ErrLockLost and the reason: ErrUnconfirmed, ErrTakenOver, ErrRenewRefused,
 // ErrClosed or ErrLeaseEnded), or nil while it is held and after Release.
-func (p *Permit) Err() error { return p.l.Err() }
+func (p *Permit) Err() error { return publicErr(p.l.Err()) }
 
 // Release gives the permit back, all its permits at once; the queued
 // waiters that now fit get them at once.

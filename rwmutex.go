@@ -17,9 +17,18 @@ import (
 // every earlier writer's).
 //
 // Like sync.RWMutex, one handle shared by goroutines admits one writer at a
-// time, or any number of readers. Both sides are reentrant along the call
-// chain, as Mutex is: a call whose ctx carries a hold of the name re-enters
-// it (WriteContext and ReadContext return such a context; so does WithLock).
+// time, or any number of readers; Client.RWMutex returns the same handle for
+// the same name. Both sides are reentrant along the call chain, as Mutex
+// is: a call whose ctx carries a hold of the name re-enters it
+// (WriteContext and ReadContext return such a context; so does WithLock).
+//
+// Unlock and RUnlock release the hold their ctx carries. With a ctx that
+// carries none, Unlock releases the Client's write hold; RUnlock releases
+// the Client's one read hold of the name, or of several, the one taken with
+// that very ctx, and otherwise returns an error wrapping ErrAmbiguous and
+// releases nothing (see "Handles are name lookups" in the package doc):
+// concurrent readers unlock with ReadContext's context, or each with a
+// context of its own.
 //
 // # Rules
 //
@@ -81,16 +90,22 @@ type RWMutex struct {
 	w, r lease.Handle
 }
 
-// RWMutex returns a handle on the read-write lock name. An invalid name is
-// reported by the first method call.
+// RWMutex returns the Client's handle on the read-write lock name: the
+// same *RWMutex for the same name, as Client.Mutex does. An invalid name is
+// reported by the first method call. Safe for concurrent use.
 func (c *Client) RWMutex(name string) *RWMutex {
+	return lookup(&c.handles, handleKey{handleRW, name}, c, newRWMutex)
+}
+
+func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 	rw := &RWMutex{name: name}
 	rw.w.Init(c.e, name, &rw.p.Write)
 	rw.r.Init(c.e, name, &rw.p.Read)
-	if rw.w.NameErr() == nil {
-		rw.p.Init(c.e, name)
+	if rw.w.NameErr() != nil {
+		return rw, false
 	}
-	return rw
+	rw.p.Init(c.e, name)
+	return rw, true
 }
 
 // Name returns the lock's name.
@@ -125,8 +140,8 @@ func (rw *RWMutex) Extend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &rw.w, lease)
 }
 
-// RExtend gives the read hold ctx carries (or else the most recent one)
-// lease from now; see Mutex.Extend. A read hold's share of the lock in
+// RExtend gives the read hold ctx carries (or else the one RUnlock with
+// ctx would release) lease from now; see Mutex.Extend. A read hold's share of the lock in
 // Redis is never shortened by it: other readers may rely on it.
 func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &rw.r, lease)
@@ -153,7 +168,9 @@ func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (
 }
 
 // RUnlock releases one read hold: of the read hold ctx carries, or else of
-// the handle's most recent one; see Mutex.Unlock.
+// the Client's one read hold of the name, or of several, the one taken with
+// ctx itself; when ctx names none of several, it returns an error wrapping
+// ErrAmbiguous and changes nothing. See Mutex.Unlock.
 func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.
@@ -166,7 +183,7 @@ func (rw *RWMutex) RToken() uint64 { return rw.r.Token() }
 func (rw *RWMutex) Done() <-chan struct{} { return rw.w.Done() }
 
 // Err returns why the current or last write hold was lost; see Mutex.Err.
-func (rw *RWMutex) Err() error { return rw.w.Err() }
+func (rw *RWMutex) Err() error { return publicErr(rw.w.Err()) }
 
 // RLocker returns the read side as a Member (and so a Locker): its TryLock,
 // Lock and Unlock are TryRLock, RLock and RUnlock of this handle.
@@ -190,4 +207,4 @@ func (l *readLocker) Token() uint64 { return l.rw.RToken() }
 func (l *readLocker) Done() <-chan struct{} { return l.rw.r.Done() }
 
 // Err returns why the most recent read hold was lost.
-func (l *readLocker) Err() error { return l.rw.r.Err() }
+func (l *readLocker) Err() error { return publicErr(l.rw.r.Err()) }

@@ -218,10 +218,11 @@ func TestRWWakeups(t *testing.T) {
 	}
 	const n = 5
 	readers := make([]*RWMutex, n)
+	rctx := make([]context.Context, n) // a context each: one Client's read holds are told apart by it
 	got := make(chan error, n)
 	for i := range readers {
-		readers[i] = c.RWMutex("rw:wake")
-		go func() { got <- readers[i].RLock(ctx) }()
+		readers[i], rctx[i] = c.RWMutex("rw:wake"), context.WithValue(ctx, ctxName("reader"), i)
+		go func() { got <- readers[i].RLock(rctx[i]) }()
 	}
 	time.Sleep(200 * time.Millisecond) // all subscribed and refused
 	start := time.Now()
@@ -242,8 +243,8 @@ func TestRWWakeups(t *testing.T) {
 	go func() { wgot <- writer.Lock(ctx) }()
 	time.Sleep(200 * time.Millisecond)
 	start = time.Now()
-	for _, x := range readers {
-		if err := x.RUnlock(ctx); err != nil {
+	for i, x := range readers {
+		if err := x.RUnlock(rctx[i]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,7 +47,7 @@ func TestWaitersShareOneConnection(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m := c.Mutex(fmt.Sprintf("share:%d", i))
+				m := privateMutex(c, fmt.Sprintf("share:%d", i))
 				if err := m.Lock(wctx); err == nil {
 					errs <- fmt.Errorf("%s acquired while held", m.Name())
 				}
@@ -114,7 +114,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m := c.Mutex("wake-one")
+			m := privateMutex(c, "wake-one")
 			if err := m.Lock(ctx); err != nil {
 				t.Error(err)
 				return
@@ -166,7 +166,7 @@ func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
 	defer cancel()
 	ms := make([]*Mutex, w)
 	for i := range ms {
-		ms[i] = c.Mutex("foreign")
+		ms[i] = privateMutex(c, "foreign")
 		go func() { results <- ms[i].Lock(wctx) }()
 	}
 	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, ms[0].p.Keys().Queue).Result(); return n == w })

@@ -55,13 +55,36 @@ func MaxHold(d time.Duration) LockOption {
 	}
 }
 
-// FallbackRequest is what WithLock asks of a Fallback tier: Name, Kind
-// (KindMutex, KindFair, KindRead or KindWrite), Wait (0: one attempt),
-// Lease (0: watchdog mode), TokenFloor (a fencing token the grant's token
-// must exceed, so that the tiers' tokens form one increasing order) and
-// MaxHold (0: the Client's default), as WithLock's options set them. A
-// FallbackRequest is a value; safe to copy and share.
-type FallbackRequest = tier.Request
+// FallbackRequest is what WithLock asks of a Fallback tier, as WithLock's
+// options set it (RequestFor reads them the same way). A FallbackRequest is
+// a value; safe to copy and share.
+type FallbackRequest struct {
+	// Name is the lock's name.
+	Name string
+	// Kind is KindMutex, KindFair, KindRead or KindWrite.
+	Kind Kind
+	// Wait is how long to wait for the lock; 0: one attempt.
+	Wait time.Duration
+	// Lease is the hold's fixed lease; 0: renewed until released
+	// (watchdog mode).
+	Lease time.Duration
+	// TokenFloor is a fencing token the grant's token must exceed, so
+	// that the tiers' tokens form one increasing order; 0 when none.
+	TokenFloor uint64
+	// MaxHold bounds how long the hold may last (MaxHold); 0: the
+	// Client's default (WithMaxHold).
+	MaxHold time.Duration
+}
+
+// tierRequest and fallbackRequest convert a request between its public
+// form and the tier's, which the engine's Kind types.
+func tierRequest(r FallbackRequest) tier.Request {
+	return tier.Request{Name: r.Name, Kind: lease.Kind(r.Kind), Wait: r.Wait, Lease: r.Lease, TokenFloor: r.TokenFloor, MaxHold: r.MaxHold}
+}
+
+func fallbackRequest(r tier.Request) FallbackRequest {
+	return FallbackRequest{Name: r.Name, Kind: Kind(r.Kind), Wait: r.Wait, Lease: r.Lease, TokenFloor: r.TokenFloor, MaxHold: r.MaxHold}
+}
 
 // RequestFor returns the request WithLock makes for the lock name with opts:
 // the options applied to WithLock's defaults (DefaultWaitTime, watchdog mode,
@@ -155,7 +178,7 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Cont
 		return err
 	}
 	if c.fallback != nil {
-		return c.fallback.WithLock(ctx, req, fn)
+		return c.fallback.WithLock(ctx, tierRequest(req), fn)
 	}
 	return c.withRedisLock(ctx, req, fn)
 }

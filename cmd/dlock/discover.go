@@ -113,10 +113,12 @@ func (f *found) read(ctx context.Context, rdb redis.UniversalClient, c *dlock.Cl
 	switch e.typ {
 	case dlock.TypeSemaphore:
 		f.cost.Inspect += semaphoreCommands
-		return kind.ReadSemaphore(ctx, rdb, f.space, e.name)
+		info, err := kind.ReadSemaphore(ctx, rdb, f.space, e.name)
+		return kind.Public[dlock.LockInfo](info), err
 	case dlock.TypeLatch:
 		f.cost.Inspect += latchCommands
-		return kind.ReadLatch(ctx, rdb, f.space, e.name)
+		info, err := kind.ReadLatch(ctx, rdb, f.space, e.name)
+		return kind.Public[dlock.LockInfo](info), err
 	}
 	f.cost.Inspect += inspectCommands
 	return c.Inspect(ctx, e.name)

@@ -8,6 +8,7 @@ import (
 // The errors of dlock; the root package documents each under the same name.
 var (
 	ErrNotHeld         = errors.New("dlock: lock not held")
+	ErrAmbiguous       = errors.New("dlock: several holds and the context names none")
 	ErrLockLost        = errors.New("dlock: lock lost")
 	ErrWaitTimeout     = errors.New("dlock: wait timed out")
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
@@ -50,6 +51,14 @@ func (e *LossError) Unwrap() []error {
 	}
 	return []error{ErrLockLost, e.Reason}
 }
+
+// AsPublic, set by the root package, lets errors.As find a *LossError as
+// the public dlock.LossError (a type of the same fields the engine cannot
+// name): it reports whether target is a pointer to one, and sets it.
+var AsPublic func(e *LossError, target any) bool
+
+// As implements errors.As for the public twin of LossError (AsPublic).
+func (e *LossError) As(target any) bool { return AsPublic != nil && AsPublic(e, target) }
 
 func lossError(name string, reason, err error) *LossError {
 	return &LossError{Name: name, Reason: reason, Err: err}

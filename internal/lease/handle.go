@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -102,7 +103,9 @@ func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err err
 }
 
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
+// It first drops the handle's lost leases (dropLost).
 func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
+	hd.dropLost()
 	switch {
 	case hd.p.Shared():
 		return true, nil
@@ -113,6 +116,32 @@ func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// dropLost finishes the handle's leases that were lost and that nobody has
+// unlocked yet, so that a new lock call is not kept waiting by them: a
+// lease left to expire (Redisson's habit: lock with a lease, never unlock)
+// would otherwise keep an exclusive handle's gate, which the Client hands
+// out for the name, until Unlock, and pile up in a shared one. Nothing is
+// sent: a lost lease is no longer vouched for, and whatever Redis still
+// has of it ends by its TTL, as it would for another process, so the new
+// lease waits for it there. An Unlock with a dropped lease's context still
+// answers its loss; one with a context that carries no hold no longer
+// finds it.
+func (hd *Handle) dropLost() {
+	var lost [4]*Lease
+	n := 0
+	hd.mu.Lock()
+	for _, h := range hd.cur {
+		if n < len(lost) && h.Err() != nil {
+			lost[n] = h
+			n++
+		}
+	}
+	hd.mu.Unlock()
+	for _, h := range lost[:n] {
+		h.finish()
+	}
 }
 
 func (hd *Handle) exit() {
@@ -144,22 +173,52 @@ func (hd *Handle) vacate(h *Lease) {
 
 // Current is the lease an Unlock with ctx releases: the one ctx carries,
 // even when it has ended (its release then answers ErrNotHeld or its
-// loss), or else, when ctx carries none, the handle's most recent
-// unfinished one; nil when there is none. A context's hold never stands for
-// another: an ended hold's balanced Unlocks must not release the next
-// holder's hold of the same handle.
-func (hd *Handle) Current(ctx context.Context) *Lease {
+// loss), or else, when ctx carries none, the handle's one unfinished lease;
+// nil when there is none. A context's hold never stands for another: an
+// ended hold's balanced Unlocks must not release the next holder's hold of
+// the same handle.
+//
+// A shared handle (the read side) may have several unfinished leases: of
+// those, a ctx that carries none names the one taken with ctx itself (the
+// context the lock call was given). When it names none or several of them,
+// Current answers an error wrapping ErrAmbiguous: releasing another
+// caller's hold would leave its holder without the share it counts on (a
+// short lease released for a renewed one) while the wrong hold lives on.
+func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
-			return h
+			return h, nil
 		}
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	if n := len(hd.cur); n > 0 {
-		return hd.cur[n-1]
+	switch len(hd.cur) {
+	case 0:
+		return nil, nil
+	case 1:
+		return hd.cur[0], nil
 	}
-	return nil
+	var mine *Lease
+	taken := 0
+	for _, h := range hd.cur {
+		if sameContext(h.parent, ctx) {
+			mine = h
+			taken++
+		}
+	}
+	if taken == 1 {
+		return mine, nil
+	}
+	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
+		"and the context carries none: unlock with the context the lock call returned (ReadContext, "+
+		"LockContext, WithLock's fn) or the one it was given", ErrAmbiguous, len(hd.cur), hd.p.Kind(), hd.name, taken)
+}
+
+// sameContext reports whether a and b are the same context, without the
+// panic == gives for two values of one uncomparable type.
+func sameContext(a, b context.Context) bool {
+	t := reflect.TypeOf(a)
+	return t != nil && t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 // Last is the lease Token, Done and Err describe: the current one, or the
@@ -210,7 +269,7 @@ func (hd *Handle) Owner() string {
 }
 
 // Unlock releases one hold count of the lease ctx carries or, failing that,
-// of the handle's current lease. The release is sent whatever ctx says, on
+// of the handle's current lease (see Current). The release is sent whatever ctx says, on
 // a goroutine of its own bounded by the cleanup timeout; Unlock returns its
 // outcome, or as soon as ctx is done.
 func (hd *Handle) Unlock(ctx context.Context) error {
@@ -220,11 +279,14 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 	if hd.nameErr != nil {
 		return hd.nameErr
 	}
-	h := hd.Current(ctx)
+	h, err := hd.Current(ctx)
 	if h == nil {
-		err := ErrNotHeld
-		if hd.e.closed.Load() {
+		switch {
+		case err != nil:
+		case hd.e.closed.Load():
 			err = ErrClosed
+		default:
+			err = ErrNotHeld
 		}
 		if len(hd.e.Cfg.Observers) > 0 {
 			ObserveRelease(hd.e.Cfg.Observers, ctx, hd.p.Kind(), hd.name)(Release{Kind: hd.p.Kind(), Name: hd.name, Err: err, Weight: 1})
