@@ -53,9 +53,12 @@
 // carries no hold of the name means: the Client's one hold of the name and
 // kind, whichever goroutine or lookup took it. Only the read side of an
 // RWMutex can have several at once (readers share): RUnlock then releases
-// the one read hold taken with that very context (the ctx given to RLock),
-// and when none or several were, it returns an error wrapping ErrAmbiguous
-// and releases nothing: releasing another reader's hold would end the share
+// the one read hold taken with that very context (the ctx given to RLock);
+// of several taken with it on the same terms (lease, MaxHold), which no
+// caller can tell apart, the most recent, as sync.RWMutex's RUnlock releases
+// any reader's share. When none was, or several on different terms, it
+// returns an error wrapping ErrAmbiguous and releases nothing: releasing
+// another reader's hold would end the share
 // that reader counts on (a renewed hold released for a short lease that is
 // about to end) while the wrong hold lives on. Readers that run at once
 // should unlock with the context ReadContext returns, or each lock and

@@ -104,14 +104,30 @@ func TestHandleAmbiguousReadUnlock(t *testing.T) {
 	}
 	waitGone(t, c, name, 5*time.Second)
 
-	// Two holds taken with one context are not told apart by it either.
+	// Two holds taken with one context on the same terms cannot be told
+	// apart by their caller: RUnlock releases the most recent, then the
+	// other, as sync.RWMutex's RUnlock would.
 	for range 2 {
 		if err := c.RWMutex(name).RLock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for i := range 2 {
+		if err := c.RWMutex(name).RUnlock(ctx); err != nil {
+			t.Fatalf("RUnlock %d of two alike holds taken with ctx: %v", i+1, err)
+		}
+	}
+	waitGone(t, c, name, 5*time.Second)
+
+	// On different terms (two fixed leases) they are told apart by what
+	// their holders count on: refused.
+	for _, lease := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		if ok, err := c.RWMutex(name).TryRLock(ctx, 0, lease); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
 	if err := c.RWMutex(name).RUnlock(ctx); !errors.Is(err, ErrAmbiguous) {
-		t.Fatalf("RUnlock of one of two holds taken with ctx = %v, want ErrAmbiguous", err)
+		t.Fatalf("RUnlock of one of two holds on different terms = %v, want ErrAmbiguous", err)
 	}
 	if err := c.RWMutex(name).RExtend(ctx, time.Second); !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("RExtend of one of two holds = %v, want ErrAmbiguous", err)

@@ -25,7 +25,8 @@ import (
 // Unlock and RUnlock release the hold their ctx carries. With a ctx that
 // carries none, Unlock releases the Client's write hold; RUnlock releases
 // the Client's one read hold of the name, or of several, the one taken with
-// that very ctx, and otherwise returns an error wrapping ErrAmbiguous and
+// that very ctx (of several taken with it on the same terms, the most
+// recent), and otherwise returns an error wrapping ErrAmbiguous and
 // releases nothing (see "Handles are name lookups" in the package doc):
 // concurrent readers unlock with ReadContext's context, or each with a
 // context of its own.

@@ -180,8 +180,9 @@ func (hd *Handle) vacate(h *Lease) {
 //
 // A shared handle (the read side) may have several unfinished leases: of
 // those, a ctx that carries none names the one taken with ctx itself (the
-// context the lock call was given). When it names none or several of them,
-// Current answers an error wrapping ErrAmbiguous: releasing another
+// context the lock call was given); of several taken with it on the same
+// terms, the most recent. When it names none, or several on different
+// terms, Current answers an error wrapping ErrAmbiguous: releasing another
 // caller's hold would leave its holder without the share it counts on (a
 // short lease released for a renewed one) while the wrong hold lives on.
 func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
@@ -199,19 +200,32 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 		return hd.cur[0], nil
 	}
 	var mine *Lease
-	taken := 0
+	taken, alike := 0, true
 	for _, h := range hd.cur {
 		if sameContext(h.parent, ctx) {
+			if mine != nil && !mine.sameTerms(h) {
+				alike = false
+			}
 			mine = h
 			taken++
 		}
 	}
-	if taken == 1 {
+	// Holds taken with this very context on the same terms cannot be told
+	// apart by their caller, and releasing any of them leaves the same
+	// number of shares behind (as sync.RWMutex's RUnlock does): the most
+	// recent is released. Refusing would leave it renewed until Close.
+	if taken == 1 || taken > 1 && alike {
 		return mine, nil
 	}
 	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
 		"and the context carries none: unlock with the context the lock call returned (ReadContext, "+
 		"LockContext, WithLock's fn) or the one it was given", ErrAmbiguous, len(hd.cur), hd.p.Kind(), hd.name, taken)
+}
+
+// sameTerms reports whether h and o were asked for on the same terms: the
+// same fixed lease (or none), MaxHold and weight.
+func (h *Lease) sameTerms(o *Lease) bool {
+	return h.lease == o.lease && h.maxHold == o.maxHold && h.weight == o.weight
 }
 
 // sameContext reports whether a and b are the same context, without the
