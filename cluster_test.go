@@ -426,7 +426,9 @@ func TestCluster(t *testing.T) {
 		for _, name := range []string{"fair:x", "fair:{alpha}", "fair:{beta}"} {
 			h := a.FairMutex(name)
 			mustLock(t, &h.Mutex)
-			w1, w2 := b.FairMutex(name), a.FairMutex(name)
+			// a's second waiter: a handle of its own (a's FairMutex(name) is
+			// h, whose other callers wait for h in the process).
+			w1, w2 := b.FairMutex(name), privateFairMutex(a, name)
 			got1 := lockAsync(ctx, w1)
 			e.waitWaiters(t, a, name, 1)
 			got2 := lockAsync(ctx, w2)

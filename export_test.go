@@ -176,3 +176,9 @@ func privateMutex(c *Client, name string) *Mutex {
 	m, _ := newMutex(c, name)
 	return m
 }
+
+// privateFairMutex is privateMutex for a FairMutex.
+func privateFairMutex(c *Client, name string) *FairMutex {
+	f, _ := newFairMutex(c, name)
+	return f
+}

@@ -8,8 +8,9 @@ import (
 	"github.com/dlock-dev/dlock/internal/keys"
 )
 
-// FuzzMutexOps runs random sequences of TryLock, Unlock and HoldCount by two
-// handles on one name against the real (shared) server, so the Lua scripts
+// FuzzMutexOps runs random sequences of TryLock, Unlock and HoldCount by the
+// handles of two Clients on one name (two owners: one Client's handles of a
+// name are one lock) against the real (shared) server, so the Lua scripts
 // run on fuzzed names and orders. Invariants: never two owners at once; the
 // hold count Redis reports is the one the handle tracks; Unlock of nothing
 // is ErrNotHeld; once both handles let go the lock is free.
@@ -23,7 +24,7 @@ func FuzzMutexOps(f *testing.F) {
 			return
 		}
 		c, ctx := newClient(t, shared), ctxT(t)
-		hs := [2]*Mutex{c.Mutex(name), c.Mutex(name)}
+		hs := [2]*Mutex{c.Mutex(name), newClient(t, shared).Mutex(name)}
 		var counts [2]int
 		var held [2]context.Context // each handle's hold, which its re-entries carry
 		for _, op := range ops {
