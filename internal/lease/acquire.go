@@ -163,6 +163,9 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 	for {
 		select {
 		case <-a.w.C:
+			if notify.Tracing {
+				notify.Trace(a.h.e.Cfg.ClientID, notify.HopWake)
+			}
 			// A message only wakes us, even one that says the lock was
 			// handed to us: anyone may publish it. The attempt below is
 			// what tells, and it gives a hand-off its full TTL.
@@ -181,7 +184,13 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			// passed on by the kind's Undo.
 			return a.over(ctx)
 		}
+		if notify.Tracing {
+			notify.Trace(a.h.e.Cfg.ClientID, notify.HopClaim)
+		}
 		r, sent, left, err := a.try(waitCtx)
+		if notify.Tracing {
+			notify.Trace(a.h.e.Cfg.ClientID, notify.HopReply)
+		}
 		if err != nil {
 			return a.failed(ctx, err, left)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/notify"
 )
 
 // Release releases one hold count of h (all of them with all) whatever ctx
@@ -107,6 +109,9 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	}
 	cl := h.p.Release(h, count, all)
 	cl.Undo = (*releaseUndo)(h)
+	if notify.Tracing && h.rel.final {
+		notify.Trace(e.Cfg.ClientID, notify.HopRelease)
+	}
 	if left, err := e.Wire.Do(ctx, cl); left {
 		return &PendingRelease{Name: h.name, Cause: doneErr(ctx, err)}
 	}
