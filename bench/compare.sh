@@ -43,7 +43,7 @@
 #   PEERS=all BLOCKS=30 W=100 bench/compare.sh main bench   # issue 21
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BEFORE AFTER" >&2; exit 2; }
-BLOCKS=${BLOCKS:-10} PEER=${PEER-rueidislock} PEERS=${PEERS:-} DUR=${DUR:-1s} GRANTS=${GRANTS:-300} W=${W:-10,100}
+BLOCKS=${BLOCKS:-10} PEER=${PEER-rueidislock} PEERS=${PEERS:-} DUR=${DUR:-1s} GRANTS=${GRANTS:-300} W=${W:-10,100} MODES=${MODES:-separate}
 [ "$PEERS" = all ] && PEERS=redsync,redislock,rueidislock,spin-1ms,spin-5ms
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && git rev-parse --show-toplevel)
@@ -70,7 +70,7 @@ for s in before after; do
 done
 cmp -s "$work/bench-before" "$work/bench-after" && echo "WARNING: the two binaries are identical" >&2
 
-args=(-scenarios uncontended,hotkey -reps 1 -g 1,16 -w "$W" -modes separate -duration "$DUR" -grants "$GRANTS")
+args=(-scenarios uncontended,hotkey -reps 1 -g 1,16 -w "$W" -modes "$MODES" -duration "$DUR" -grants "$GRANTS")
 # run BLOCK SLOT BINARY LIBS: one bench process, its output in runs/BLOCK-SLOT.
 run() {
 	echo "[$(date +%T)] block $1/$BLOCKS: $2 ($4${5:+, $5})" >&2

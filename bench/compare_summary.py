@@ -48,7 +48,12 @@ def load(runs):
                 put(f"2 G={G} pairs/s", g["lib"], side, p, run["pairs_per_s"])
                 put(f"6 G={G} Redis CPU µs/pair", g["lib"], side, p, run["redis_cpu_per_pair_us"])
         for g in r.get("hotkey") or []:
-            if g.get("mode", "separate") != "separate":
+            if g.get("mode", "separate") == "shared":
+                # MODES=shared: goroutines of one Client (issue 30's cohort).
+                for run in g["runs"]:
+                    put(f"7 W={g['w']} shared Redis CPU µs/grant", g["lib"], side, p, run["redis_cpu_per_grant_us"])
+                    put(f"8 W={g['w']} shared gap p50 ms", g["lib"], side, p, run["gap_p50_ms"])
+                    put(f"9 W={g['w']} shared cmds/grant", g["lib"], side, p, run["cmds_per_grant"])
                 continue
             for run in g["runs"]:
                 put(f"3 W={g['w']} Redis CPU µs/grant", g["lib"], side, p, run["redis_cpu_per_grant_us"])
@@ -129,6 +134,10 @@ def vs_best_rows(vals):
         (f"3. W={w} separate: hand-off gap p50 ms vs the lowest peer", f"4 W={w} gap p50 ms", False, peers),
         ("4. G=1 Redis CPU µs/pair vs the lowest peer", "6 G=1 Redis CPU µs/pair", False, peers),
         ("4. G=16 Redis CPU µs/pair vs the lowest peer", "6 G=16 Redis CPU µs/pair", False, peers),
+    ] + [
+        (f"5. W={sw} shared: {what} vs the lowest peer", f"{n} W={sw} shared {what}", False, peers)
+        for sw in sorted({int(f.split()[1][2:]) for (f, _) in vals if f.startswith("9 W=")})
+        for n, what in (("9", "cmds/grant"), ("7", "Redis CPU µs/grant"), ("8", "gap p50 ms"))
     ]
 
 

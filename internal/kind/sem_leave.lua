@@ -10,7 +10,7 @@ if ARGV[1] ~= '' then
     local now = now_ms()
     reap(now)
     local size = tonumber(redis.call('get', KEYS[2]) or '0')
-    if size > 0 then grant_queued(now, size, held_weight(), ARGV[3], nil) end
+    if size > 0 then grant_queued(now, size, held_weight(now), ARGV[3], nil, true) end
     return 0
   end
 end
@@ -18,5 +18,5 @@ if redis.call('zrem', KEYS[1], ARGV[2]) == 0 then return 0 end
 local now = now_ms()
 reap(now)
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
-if size > 0 then grant_queued(now, size, held_weight(), ARGV[3], nil) end
+if size > 0 then grant_queued(now, size, held_weight(now), ARGV[3], nil, true) end
 return 1

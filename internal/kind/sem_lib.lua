@@ -30,10 +30,11 @@ local function weight(id)
   return k
 end
 
--- held_weight is the number of permits held: the sum of the weights.
-local function held_weight()
+-- held_weight is the number of permits held: the sum of the weights of
+-- the permits that have not expired (reaped or not).
+local function held_weight(now)
   local held = 0
-  for _, id in ipairs(redis.call('zrange', KEYS[1], 0, -1)) do held = held + weight(id) end
+  for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do held = held + weight(id) end
   return held
 end
 
@@ -51,37 +52,59 @@ local function leave_queue(e, head)
   redis.call('zrem', KEYS[4], e)
 end
 
+-- keep_pair makes the permits and the size live at least need ms more, with
+-- one PTTL in the common case: when it extends them, it extends them to twice
+-- need, so that the next hand-offs find them long-lived enough. The size
+-- lives at least as long as the permits wherever either is extended (here,
+-- add_permit, renew.lua, sem_resize.lua), so the size is only looked at when
+-- the permits are.
+local function keep_pair(need)
+  if redis.call('pttl', KEYS[1]) < need then
+    redis.call('pexpire', KEYS[1], 2 * need)
+    keep(KEYS[2], 2 * need)
+  end
+end
+
 -- grant_queued gives free permits to queued waiters, first first, while
 -- the first one fits (arrival order, as golang.org/x/sync/semaphore: a
 -- waiter for many is not overtaken by later waiters for few). Each gets
 -- its permits for the claim window (a waiter that died before its turn must
 -- not keep them for a whole lease; a live one extends them as soon as it
 -- runs) and its client is woken on its client channel (its next attempt
--- confirms). Only the waiters granted are told. A first waiter that needs
--- more than the size, or whose seen deadline passed (it died, or left with
--- its entry behind), leaves the queue and is woken: its next attempt, if
--- any, decides. held is the number of permits held. Returns whether it
--- reached self (the caller's own entry, which it leaves to the caller: a
--- fit, taken out of the queue), the number held afterwards, and whether a
--- waiter that does not fit is left first in the queue.
-local function grant_queued(now, size, held, claim_ms, self)
+-- confirms). Only the waiters granted are told. The permits and the size
+-- are kept for the waiter's whole TTL and the claim window, so that its
+-- claim (sem_acquire.lua's hand-off branch) need not extend them. A first
+-- waiter that needs more than the size, or whose seen deadline passed (it
+-- died, or left with its entry behind), leaves the queue and is woken: its
+-- next attempt, if any, decides. held is the number of permits held. With
+-- self nil (a release), it stops as soon as every permit is held: no waiter
+-- can fit then, and those that died are dropped by the next attempt that
+-- passes self (or all: a resize, or a waiter leaving, which look at the
+-- whole queue as an attempt does). Returns whether it reached self (the caller's own entry,
+-- which it leaves to the caller: a fit, taken out of the queue), the number
+-- held afterwards, whether a waiter that does not fit is left first in the
+-- queue, and whether it found the queue empty.
+local function grant_queued(now, size, held, claim_ms, self, all)
   while true do
-    local e = redis.call('lindex', KEYS[3], 0)
-    if not e then return false, held, false end
+    if held >= size and not self and not all then return false, held, true, false end
+    local e = redis.call('lpop', KEYS[3])
+    if not e then return false, held, false, true end
     local ticket, ttl, id = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = id and string.match(id, '^(.*):')
     local w = cid and weight(id) or size + 1
     if w <= size and held + w > size then
       if e == self or tonumber(redis.call('zscore', KEYS[4], e) or '0') > now then
-        return false, held, true
+        redis.call('lpush', KEYS[3], e)
+        return false, held, true, false
       end
     end
-    leave_queue(e, true)
+    redis.call('zrem', KEYS[4], e)
     if w <= size and held + w <= size then
-      if e == self then return true, held, false end
-      if not redis.call('zscore', KEYS[1], id) then
-        local claim = math.min(tonumber(ttl), tonumber(claim_ms))
-        add_permit(now, id, claim)
+      if e == self then return true, held, false, false end
+      local claim = math.min(tonumber(ttl), tonumber(claim_ms))
+      -- NX: a permit id already granted (a resent call's) is not counted twice.
+      if redis.call('zadd', KEYS[1], 'NX', now + claim, id) == 1 then
+        keep_pair(tonumber(ttl) + claim)
         held = held + w
         redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
       end

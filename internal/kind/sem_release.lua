@@ -5,11 +5,28 @@
 -- Returns {1} when the permit was held, {0} when it was not (it expired, or
 -- this is a resent release: permit ids are never reused, so a resend frees
 -- nothing more).
+--
+-- The caller's permit is taken out of the count first and out of the set
+-- last, so that a permit handed on meanwhile finds the set alive and long
+-- enough kept (a set emptied by ZREM would be deleted, and made again
+-- without a TTL). Expired permits are not reaped here: held_weight counts
+-- only live ones, and the next attempt that waits in the queue reaps them.
+-- A hand-off's common case is then TIME, ZRANGEBYSCORE, GET, LPOP, ZREM,
+-- ZADD, PTTL, PUBLISH and ZREM.
 local now = now_ms()
-local removed = redis.call('zrem', KEYS[1], ARGV[1])
-reap(now)
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
-if size > 0 then grant_queued(now, size, held_weight(), ARGV[2], nil) end
+local empty
+if size > 0 then
+  local held = 0
+  for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do
+    if id ~= ARGV[1] then held = held + weight(id) end
+  end
+  local _, _, _, none = grant_queued(now, size, held, ARGV[2], nil)
+  empty = none
+else
+  empty = redis.call('exists', KEYS[3]) == 0
+end
+local removed = redis.call('zrem', KEYS[1], ARGV[1])
 -- The size stays until its TTL ends: only SetPermits changes it.
-if removed == 1 and redis.call('exists', KEYS[3]) == 0 then redis.pcall('publish', ARGV[3], '0') end
+if removed == 1 and empty then redis.pcall('publish', ARGV[3], '0') end
 return {removed}

@@ -11,5 +11,5 @@ reap(now)
 local old = tonumber(redis.call('get', KEYS[2]) or '0')
 local ttl = math.max(qttl, redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[3]))
 redis.call('set', KEYS[2], size, 'PX', ttl)
-local _, held = grant_queued(now, size, held_weight(), ARGV[3], nil)
+local _, held = grant_queued(now, size, held_weight(now), ARGV[3], nil, true)
 return {old, held}

@@ -83,10 +83,17 @@ func (p *Semaphore) Shared() bool { return true }
 func (p *Semaphore) Fields(owner string, n int) (string, string) { return keys.PermitID(owner, n), "" }
 
 // Attempt implements lease.Protocol with sem_acquire.lua. Permits are not
-// reentrant: count is always 0.
+// reentrant: count is always 0. The entry's standing picks the script's
+// common cases: a new entry queues behind others without reading the
+// permits, and the attempt after a hand-off message checks for its permit
+// first (the script still decides from what Redis holds).
 func (p *Semaphore) Attempt(l *lease.Lease, ttl time.Duration, _ int, q lease.Queueing) *wire.Call {
 	a := &p.e.Args
-	return wire.NewCall(scriptSemAcquire.Cmd(p.keys, l.FieldArg(), p.n.Load(), lease.Ms(ttl), q.Entry, a.QueueTTLMs, a.ClaimMs), scriptSemAcquire)
+	standing := flag(q.Registered)
+	if q.Registered && q.Handoff {
+		standing = "h"
+	}
+	return wire.NewCall(scriptSemAcquire.Cmd(p.keys, l.FieldArg(), p.n.Load(), lease.Ms(ttl), q.Entry, a.QueueTTLMs, a.ClaimMs, standing), scriptSemAcquire)
 }
 
 // AttemptReply implements lease.Protocol: {1, ttl} held, {0, ms until the

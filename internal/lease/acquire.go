@@ -111,6 +111,10 @@ type acquisition struct {
 	timedOut bool
 	granted  bool
 	reentry  bool
+	// A final release of this engine may pass its hold to the waiter
+	// (cohort.go): enlisted while it may, told on passed.
+	enlisted bool // guarded by the engine's cohort.mu
+	passed   chan pass
 }
 
 func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
@@ -160,9 +164,20 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) {
 	timer := time.NewTimer(a.sleep(r))
 	defer timer.Stop()
+	cohort := &a.h.e.cohort
+	defer cohort.delist(a)
 	for {
+		cohort.enlist(a)
 		select {
+		case p := <-a.passed:
+			// A release of this engine made us the holder: told in memory,
+			// where nobody else can write, so no claim is needed.
+			cohort.delist(a)
+			return a.grant(ctx, p.token, p.sent)
 		case <-a.w.C:
+			if notify.Tracing {
+				notify.Trace(a.h.e.Cfg.ClientID, notify.HopWake)
+			}
 			// A message only wakes us, even one that says the lock was
 			// handed to us: anyone may publish it. The attempt below is
 			// what tells, and it gives a hand-off its full TTL.
@@ -181,7 +196,13 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			// passed on by the kind's Undo.
 			return a.over(ctx)
 		}
+		if notify.Tracing {
+			notify.Trace(a.h.e.Cfg.ClientID, notify.HopClaim)
+		}
 		r, sent, left, err := a.try(waitCtx)
+		if notify.Tracing {
+			notify.Trace(a.h.e.Cfg.ClientID, notify.HopReply)
+		}
 		if err != nil {
 			return a.failed(ctx, err, left)
 		}

@@ -566,6 +566,9 @@ func (h *Hub) dispatch(name, payload string) {
 		// costs that waiter one attempt, and grants nothing.
 		if ticket, ok := keys.HandoffTicket(payload); ok {
 			if w := h.tickets[ticket]; w != nil {
+				if Tracing {
+					Trace(h.clientID, HopHub)
+				}
 				w.wakeFor(true)
 			}
 		}
