@@ -21,25 +21,17 @@ import (
 func TestHandoffCommandsPerGrant(t *testing.T) {
 	const waiters, rounds = 20, 3
 	kinds := []struct {
-		name   string
-		shared bool // one Client for every waiter
-		take   func(c *Client, ctx context.Context) (func(context.Context) error, error)
+		name string
+		take func(c *Client, ctx context.Context) (func(context.Context) error, error)
 	}{
-		{"mutex", false, func(c *Client, ctx context.Context) (func(context.Context) error, error) {
+		{"mutex", func(c *Client, ctx context.Context) (func(context.Context) error, error) {
 			m := c.Mutex("cost:hot")
 			if err := m.Lock(ctx); err != nil {
 				return nil, err
 			}
 			return m.Unlock, nil
 		}},
-		{"mutex, one Client", true, func(c *Client, ctx context.Context) (func(context.Context) error, error) {
-			m := c.Mutex("cost:hot")
-			if err := m.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return m.Unlock, nil
-		}},
-		{"semaphore", false, func(c *Client, ctx context.Context) (func(context.Context) error, error) {
+		{"semaphore", func(c *Client, ctx context.Context) (func(context.Context) error, error) {
 			p, err := c.Semaphore("cost:hot", 1).Acquire(ctx, 20*time.Second, 0)
 			if err != nil {
 				return nil, err
@@ -53,10 +45,6 @@ func TestHandoffCommandsPerGrant(t *testing.T) {
 			ctx := ctxT(t)
 			clients := make([]*Client, waiters)
 			for i := range clients {
-				if k.shared && i > 0 {
-					clients[i] = clients[0]
-					continue
-				}
 				clients[i] = newClient(t, r)
 			}
 			run := func(n int) {

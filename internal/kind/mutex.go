@@ -25,14 +25,11 @@ var (
 	luaLeave string
 	//go:embed force.lua
 	luaForce string
-	//go:embed pass.lua
-	luaPass string
 
 	scriptAcquire = script(wire.WithLib(luaLib, luaAcquire))
 	scriptRelease = script(wire.WithLib(luaLib, luaRelease))
 	scriptLeave   = script(wire.WithLib(luaLib, luaLeave))
 	scriptForce   = script(wire.WithLib(luaLib, luaForce))
-	scriptPass    = script(wire.WithLib(luaLib, luaPass))
 )
 
 // Mutex is the reentrant lock's protocol, fair or not: Redisson's hash, and
@@ -146,31 +143,6 @@ func (p *Mutex) Undo(ctx context.Context, l *lease.Lease, q lease.Queueing, mayH
 	if err := scriptLeave.Run(ctx, p.e.Wire, p.keys[:3], q.Entry, l.FieldArg(), a.ClaimMs, a.FenceTTLMs).Err(); err != nil {
 		p.e.Cfg.Logger.Debug("dlock: leaving the wait queue failed; the entry expires", "name", l.Name(), "err", err)
 	}
-}
-
-// CanPass implements lease.Passer: a Mutex passes a hold to a waiter of the
-// same Client; a FairMutex never does, since its waiters are granted in
-// their arrival order across processes.
-func (p *Mutex) CanPass() bool { return !p.fair }
-
-// Pass implements lease.Passer with pass.lua.
-func (p *Mutex) Pass(l, next *lease.Lease, entry string, ttl time.Duration) *wire.Call {
-	return wire.NewCall(scriptPass.IntCmd(l.Buf(), p.keys[:3], l.FieldArg(), p.e.Args.FenceTTLMs, entry, next.FieldArg(), p.e.TTLArg(ttl)), scriptPass)
-}
-
-// PassReply implements lease.Passer: pass.lua answers the waiter's token
-// (at least 1) or 0 (not passed); anything else is an error, never a grant.
-func (p *Mutex) PassReply(cmd redis.Cmder) (uint64, bool, error) {
-	v, err := cmd.(*redis.IntCmd).Result()
-	switch {
-	case err != nil:
-		return 0, false, err
-	case v >= 1:
-		return uint64(v), true, nil
-	case v == 0:
-		return 0, false, nil
-	}
-	return 0, false, fmt.Errorf("dlock: unexpected pass reply %d", v)
 }
 
 // Channel implements lease.Protocol: Redisson's release channel.

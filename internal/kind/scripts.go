@@ -116,7 +116,7 @@ func flag(b bool) any {
 func Source(file string) string {
 	return map[string]string{
 		"lib.lua": luaLib, "renew.lua": luaRenew,
-		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce, "pass.lua": luaPass,
+		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce,
 		"rwlib.lua": luaRWLib, "rwlock.lua": luaRWLock, "rlock.lua": luaRLock, "rwunlock.lua": luaRWUnlock, "rwleave.lua": luaRWLeave,
 		"sem_lib.lua": luaSemLib, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
 		"election_announce.lua": luaAnnounce, "latch_set.lua": luaLatchSet, "latch_down.lua": luaLatchDown,

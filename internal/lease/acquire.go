@@ -111,10 +111,6 @@ type acquisition struct {
 	timedOut bool
 	granted  bool
 	reentry  bool
-	// A final release of this engine may pass its hold to the waiter
-	// (cohort.go): enlisted while it may, told on passed.
-	enlisted bool // guarded by the engine's cohort.mu
-	passed   chan pass
 }
 
 func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
@@ -164,16 +160,8 @@ func (a *acquisition) run(ctx, waitCtx context.Context) (bool, error) {
 func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) {
 	timer := time.NewTimer(a.sleep(r))
 	defer timer.Stop()
-	cohort := &a.h.e.cohort
-	defer cohort.delist(a)
 	for {
-		cohort.enlist(a)
 		select {
-		case p := <-a.passed:
-			// A release of this engine made us the holder: told in memory,
-			// where nobody else can write, so no claim is needed.
-			cohort.delist(a)
-			return a.grant(ctx, p.token, p.sent)
 		case <-a.w.C:
 			if notify.Tracing {
 				notify.Trace(a.h.e.Cfg.ClientID, notify.HopWake)

@@ -87,7 +87,6 @@ type Engine struct {
 	renewer   *renew.Renewer
 	deadlines *deadlines
 	owners    atomic.Uint64 // numbers owner fields: one per lease, never reused
-	cohort    cohort        // waiters a final release may pass its hold to (cohort.go)
 	closed    atomic.Bool
 
 	mu      sync.Mutex

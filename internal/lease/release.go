@@ -107,14 +107,6 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	if len(e.Cfg.Observers) > 0 {
 		h.rel.observe = ObserveRelease(e.Cfg.Observers, ctx, h.p.Kind(), h.name)
 	}
-	if p, ok := h.p.(Passer); ok && h.rel.final && !all && count == 1 && !e.closed.Load() {
-		// A waiter of this engine for the same lock takes the hold over.
-		if next := e.cohort.pick(h); next != nil {
-			if done, err := h.passTurn(ctx, p, next); done {
-				return err
-			}
-		}
-	}
 	cl := h.p.Release(h, count, all)
 	cl.Undo = (*releaseUndo)(h)
 	if notify.Tracing && h.rel.final {
@@ -157,28 +149,23 @@ func (h *Lease) quiesce() {
 
 // released does the bookkeeping of a release call whose reply is in, and
 // gives the lease's turn back.
-func (h *Lease) released(cmd redis.Cmder) error {
-	r, err := h.p.ReleaseReply(cmd)
-	return h.releasedAs(r, err)
-}
-
-// releasedAs is released for a release's decoded answer (or failure).
-func (h *Lease) releasedAs(r Released, err error) (out error) {
+func (h *Lease) released(cmd redis.Cmder) (err error) {
 	rel := h.rel
 	defer h.endTurn()
 	if rel.observe != nil {
 		held := time.Since(h.start)
 		final := rel.final
 		defer func() {
-			if errors.Is(out, ErrNotHeld) || out == ErrClosed {
+			if errors.Is(err, ErrNotHeld) || err == ErrClosed {
 				final, held = false, 0 // nothing was released
 			}
 			if !final {
 				held = 0
 			}
-			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: out, Weight: h.weight})
+			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: err, Weight: h.weight})
 		}()
 	}
+	r, err := h.p.ReleaseReply(cmd)
 	return h.settle(r, err, rel.final, rel.renewing)
 }
 
