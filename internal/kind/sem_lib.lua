@@ -94,7 +94,13 @@ local function grant_queued(now, size, held, claim_ms, self, all)
     local w = cid and weight(id) or size + 1
     if w <= size and held + w > size then
       if e == self or tonumber(redis.call('zscore', KEYS[4], e) or '0') > now then
-        redis.call('lpush', KEYS[3], e)
+        if redis.call('lpush', KEYS[3], e) == 1 then
+          -- The LPOP emptied the queue and LPUSH made it anew, without a
+          -- TTL: it lives as long as its waiters' set (or the entry's TTL).
+          local t = redis.call('pttl', KEYS[4])
+          if t < 1 then t = tonumber(ttl) end
+          redis.call('pexpire', KEYS[3], t)
+        end
         return false, held, true, false
       end
     end
