@@ -272,9 +272,13 @@ func TestLoneCallerCancelledMidWrite(t *testing.T) {
 	const name = "lone:midwrite"
 	var cancelNext atomic.Pointer[context.CancelFunc]
 	var d net.Dialer
+	// The read timeout (3 s) is far above the 1 s the cancelled Lock may
+	// take, and bounds the resend's wait when the blackhole cut its reply
+	// before Heal (the resend races the test's Heal): go-redis then sends
+	// it again, healed, and the Undo runs.
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                     b.Addr(),
-		ReadTimeout:              time.Minute,
+		ReadTimeout:              3 * time.Second,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			cn, err := d.DialContext(ctx, network, addr)
