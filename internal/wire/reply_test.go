@@ -97,3 +97,30 @@ func TestRequireReplyAndFailUnanswered(t *testing.T) {
 		t.Errorf("a connection's error: %v, %v; want it on both commands", a.Err(), b.Err())
 	}
 }
+
+// A NOSCRIPT resend that also asks for the script's SHA1 goes out as a
+// pipeline; when that pipeline's connection fails its AUTH, the resend must
+// carry the connection's error, never the zero value of a command nobody
+// answered (an integer 0 reads as "released" or "the latch exists").
+func TestEvalInsteadConnectionErrorIsNoReply(t *testing.T) {
+	r := testenv.StartRedis(t)
+	if _, err := r.Do(context.Background(), "CONFIG", "SET", "requirepass", "right"); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Password: "wrong",
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer rdb.Close()
+	s := NewScript("return 1")
+	for _, cmd := range []redis.Cmder{
+		redis.NewIntCmd(context.Background(), "evalsha", s.sha, 1, "k"),
+		redis.NewCmd(context.Background(), "evalsha", s.sha, 1, "k"),
+	} {
+		expectReply(cmd)
+		cmd.SetErr(errors.New("NOSCRIPT No matching script"))
+		s.evalInstead(context.Background(), rdb, cmd)
+		requireReply(cmd)
+		if err := cmd.Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%T resent through a refused connection: %v, want WRONGPASS", cmd, err)
+		}
+	}
+}

@@ -151,15 +151,20 @@ func (s *Script) evalInstead(ctx context.Context, rdb processor, cmd redis.Cmder
 		e.SetFirstKeyPos(3)
 		keys = args[3 : 3+n]
 	}
+	expectReply(e)
 	if sha := s.sha.ask(ctx, s.src, keys); sha != nil {
 		pipe := rdb.Pipeline()
 		_ = pipe.Process(ctx, e)
 		_ = pipe.Process(ctx, sha)
-		_, _ = pipe.Exec(ctx)
+		if _, err := pipe.Exec(ctx); err != nil && e.Err() == nil && sha.Err() == nil {
+			// Neither command's own reply: the connection's (reply.go).
+			e.SetErr(err)
+		}
 		s.sha.learn(sha)
 	} else {
 		_ = rdb.Process(ctx, e)
 	}
+	requireReply(e)
 	switch cmd := cmd.(type) {
 	case *redis.IntCmd:
 		cmd.SetVal(e.(*redis.IntCmd).Val())
