@@ -20,13 +20,17 @@ import (
 // password, NOPERM, OOM, READONLY) and dlock's own errors are returned as
 // they are: a refusal must not read as "cannot reach Redis".
 func unanswered(name string, err error) error {
-	if err == nil || !isTransport(err) {
+	if err == nil || !IsTransport(err) {
 		return err
 	}
 	return fmt.Errorf("%w (lock %q): %w", ErrUnavailable, name, err)
 }
 
-func isTransport(err error) bool {
+// IsTransport reports whether err is a failure to get an answer from Redis
+// (a refused, reset or silent connection, a pool timeout, a reply never
+// read), as opposed to an answer of Redis. The breaker's outage classes
+// (internal/tier) build on it.
+func IsTransport(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
 		return false // a reply, whatever else it wraps

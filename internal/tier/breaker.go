@@ -112,13 +112,7 @@ func IsInfrastructure(err error) bool {
 		errors.Is(err, context.Canceled) || errors.Is(err, lease.ErrClosed) || errors.Is(err, lease.ErrUpgrade) {
 		return false
 	}
-	if errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrNotReplicated) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrNotReplicated) || lease.IsTransport(err) {
 		return true
 	}
 	for _, prefix := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN"} {

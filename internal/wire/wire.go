@@ -20,7 +20,6 @@ package wire
 import (
 	"context"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -386,6 +385,7 @@ func (b *batcher) exec(batch []*Call) {
 		}
 	}
 	var redirected []*Call
+	answered := batch[:0]
 	for _, cl := range batch {
 		if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 			cl.Script.evalInstead(ctx, b.w.rdb, cl.Cmd)
@@ -393,13 +393,14 @@ func (b *batcher) exec(batch []*Call) {
 		requireReply(cl.Cmd)
 		if isRedirect(cl.Cmd.Err()) {
 			redirected = append(redirected, cl)
+		} else {
+			answered = append(answered, cl)
 		}
 	}
 	if len(redirected) > 0 {
-		batch = slices.DeleteFunc(batch, func(cl *Call) bool { return isRedirect(cl.Cmd.Err()) })
 		go b.resend(redirected)
 	}
-	b.finish(batch)
+	b.finish(answered)
 }
 
 // finish hands each call of batch, its reply in, to its caller, or runs its
