@@ -209,7 +209,9 @@ func TestFailedReentryIsNotAHold(t *testing.T) {
 		t.Errorf("TryRLock re-entering a lost hold: (%v, %v), want (false, a loss)", ok, err)
 	}
 	_ = rw.RUnlock(rctx)
-	wctx, err := rw.WriteContext(ctx, 0, 50*time.Millisecond)
+	// The process declares a lease over no later than Redis ends it, so the
+	// read field may outlive rctx by a round trip: wait for it.
+	wctx, err := rw.WriteContext(ctx, 5*time.Second, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
