@@ -28,16 +28,13 @@ var (
 
 	scriptRenew = script(wire.WithLib(luaLib, luaRenew))
 
-	// Touch rewrites a key's TTL to its current value: a write that changes
-	// nothing, but enters the replication stream after the grant (for
-	// replica acknowledgements).
-	Touch = wire.NewScript(`
-local ttl = redis.call('pttl', KEYS[1])
-if ttl > 0 then
-  redis.call('pexpire', KEYS[1], ttl)
-  return 1
-end
-return 0`)
+	//go:embed touch.lua
+	luaTouch string
+
+	// Touch proves that one hold (KEYS[1], field ARGV[1]) is on the node
+	// with a write that enters the replication stream after its grant (for
+	// replica acknowledgements): 1 when it is there, 0 when not.
+	Touch = wire.NewScript(luaTouch)
 )
 
 // Renewer returns the renewal of the Space's leases: one call of renew.lua

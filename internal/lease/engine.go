@@ -61,7 +61,8 @@ type Config struct {
 	ReportLogger *slog.Logger
 	// Space is the namespace every key and channel begins with.
 	Space keys.Space
-	// Touch rewrites a key's TTL to its current value (for replica acks).
+	// Touch proves a hold (key, owner's field) is on the node it runs on,
+	// with a write for WAIT to count (kind.Touch).
 	Touch *wire.Script
 	// RenewFailed and RenewBatched, when set, are told of each watchdog
 	// call besides the observers (the fallback tier's breaker listens).

@@ -28,7 +28,7 @@ func (h *Lease) confirmReplicas(ctx context.Context) error {
 		}
 		var touched, acks *redis.Cmd
 		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			touched = cfg.Touch.Eval(ctx, p, []string{key})
+			touched = cfg.Touch.Eval(ctx, p, []string{key}, h.field)
 			acks = p.Do(ctx, "wait", cfg.Replicas, cfg.ReplicaTimeout.Milliseconds())
 			return nil
 		})
@@ -36,7 +36,9 @@ func (h *Lease) confirmReplicas(ctx context.Context) error {
 			return nil, err
 		}
 		if v, _ := touched.Int64(); v != 1 {
-			return fmt.Errorf("%w: the lock was gone before it could be confirmed", ErrNotReplicated), nil
+			// Gone already, or (after a failover) this node never had
+			// our grant: either way no replica can vouch for it.
+			return fmt.Errorf("%w: the hold was not on the primary when it was confirmed", ErrNotReplicated), nil
 		}
 		if got, _ := acks.Int64(); got < int64(cfg.Replicas) {
 			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, cfg.Replicas, cfg.ReplicaTimeout), nil
