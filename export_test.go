@@ -182,3 +182,9 @@ func privateFairMutex(c *Client, name string) *FairMutex {
 	f, _ := newFairMutex(c, name)
 	return f
 }
+
+// gateWaiters is how many goroutines of m's Client wait at its gate.
+func gateWaiters(m *Mutex) int { return m.hd.GateWaiters() }
+
+// holderField is the owner field of m's current lease in Redis, or "".
+func holderField(m *Mutex) string { return m.hd.Owner() }

@@ -90,6 +90,10 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	if !strings.Contains(kind.Source("release.lua"), "if string.byte(ttl) == 48 then") {
 		t.Error("release.lua does not look for keys.MutexEntry's mark")
 	}
+	// A pass's answer lies below every why_gone code.
+	if m := regexp.MustCompile(`local PASSED = (-?\d+)`).FindStringSubmatch(kind.Source("release.lua")); m == nil || m[1] != "-16" {
+		t.Errorf("release.lua's PASSED is %v, want -16 (kind.passed)", m)
+	}
 	// why_gone's codes.
 	m := regexp.MustCompile(`local GONE, FORCED, DATA_LOST = (\d+), (\d+), (\d+)`).FindStringSubmatch(lib)
 	if m == nil || m[1] != fmt.Sprint(lease.CodeGone) || m[2] != fmt.Sprint(lease.CodeForced) || m[3] != fmt.Sprint(lease.CodeDataLost) {

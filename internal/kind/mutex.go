@@ -123,14 +123,46 @@ func (p *Mutex) Release(l *lease.Lease, count int, all bool) *wire.Call {
 
 // ReleaseReply implements lease.Protocol: release.lua answers one integer.
 func (p *Mutex) ReleaseReply(cmd redis.Cmder) (lease.Released, error) {
+	r, _, err := p.PassReply(cmd)
+	return r, err
+}
+
+// passed is release.lua's PASSED: a pass answers passed - token.
+const passed = -16
+
+// passBudget is how many passes in a row a handle makes before a final
+// release goes through Redis' queue as any other (lease.Passer): waiters of
+// other processes, and Redisson's pollers, which no queue shows, then get
+// their turn.
+const passBudget = 16
+
+// Pass implements lease.Passer with release.lua's pass. A FairMutex passes
+// only while no other process queues, and so keeps its order across
+// processes; a Mutex passes up to passBudget times in a row.
+func (p *Mutex) Pass(l, next *lease.Lease, ttl time.Duration, inRow int) *wire.Call {
+	if inRow >= passBudget {
+		return nil
+	}
+	a := &p.e.Args
+	return scriptRelease.IntCall(l.Buf(), p.keys[:], l.FieldArg(), 1, a.ClaimMs, a.FenceTTLMs, l.Token(), "0",
+		next.FieldArg(), p.e.TTLArg(ttl), flag(p.fair))
+}
+
+// PassReply implements lease.Passer: release.lua's integer, decoded
+// strictly; a pass's token is at least 1.
+func (p *Mutex) PassReply(cmd redis.Cmder) (lease.Released, uint64, error) {
 	v, err := cmd.(*redis.IntCmd).Result()
 	switch {
 	case err != nil:
-		return lease.Released{}, err
+		return lease.Released{}, 0, err
 	case v >= 0:
-		return lease.Released{Found: true, Remaining: int(v)}, nil
+		return lease.Released{Found: true, Remaining: int(v)}, 0, nil
+	case v >= -1-lease.CodeDataLost:
+		return lease.Released{Why: -1 - v}, 0, nil
+	case v <= passed-1:
+		return lease.Released{Found: true}, uint64(passed - v), nil
 	}
-	return lease.Released{Why: -1 - v}, nil
+	return lease.Released{}, 0, fmt.Errorf("dlock: unexpected release reply %d", v)
 }
 
 // Undo implements lease.Protocol with leave.lua: even without an entry, a

@@ -6,9 +6,20 @@
 -- ARGV[3] hand-off claim window in ms
 -- ARGV[4] fencing counter ttl in ms
 -- ARGV[5] the hold's fencing token
--- ARGV[6] '1' to drop every hold of this owner at once (absent otherwise)
+-- ARGV[6] '1' to drop every hold of this owner at once ('0' or absent
+--         otherwise)
+-- A pass (sent only by a final release, ARGV[2] = 1, ARGV[6] = '0'): the
+-- hold goes straight to a goroutine of the releaser's process that waits
+-- for the same lock, instead of being freed or handed to the queue:
+-- ARGV[7] the next holder's owner field
+-- ARGV[8] the next holder's TTL in ms
+-- ARGV[9] '1' to pass only when nobody waits in the queue (a FairMutex:
+--         another process's waiter came first); '0' to pass regardless
 -- Returns one integer: r >= 0 released, r is the count that remains;
--- r < 0 the caller holds nothing, and -1 - r is why (why_gone's code).
+-- -4 <= r < 0 the caller holds nothing, and -1 - r is why (why_gone's code);
+-- r <= PASSED - 1 passed: the next holder's fencing token is PASSED - r.
+-- A pass that cannot be made (the count is not 1, or ARGV[9] and a waiter
+-- in the queue) is an ordinary release.
 --
 -- A resent call must not decrement twice: a non-final decrement is recognised
 -- by the count being one less than expected. A resent final release finds the
@@ -18,9 +29,10 @@
 -- The common cases come first, before lib.lua's helpers are defined: a
 -- final release with nobody queued (release_to_next's work, inline), and one
 -- that hands the lock to a well-formed first entry (hand_off's, inline).
+local PASSED = -16
 local cnt = redis.call('hget', KEYS[1], ARGV[1])
 local first, handed = false, false
-if cnt == '1' and ARGV[2] == '1' then
+if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
   first = redis.call('lpop', KEYS[3])
   if not first then
     redis.call('del', KEYS[1])
@@ -76,6 +88,15 @@ if ARGV[6] ~= '1' then
   -- not read as a final release.
   if expected > 1 and cnt == expected - 1 then return cnt end
   if cnt > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end
+end
+if ARGV[7] and cnt == 1 and expected == 1 and (ARGV[9] ~= '1' or redis.call('llen', KEYS[3]) == 0) then
+  -- The pass: the hash holds the next owner alone, with its TTL (not the
+  -- claim window: its process is alive, it is the one sending this), and a
+  -- token of its own.
+  redis.call('del', KEYS[1])
+  redis.call('hset', KEYS[1], ARGV[7], 1)
+  redis.call('pexpire', KEYS[1], ARGV[8])
+  return PASSED - next_token(ARGV[4])
 end
 release_to_next(ARGV[3], ARGV[4])
 return 0

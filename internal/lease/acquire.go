@@ -61,23 +61,30 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 		waitCtx, cancel = context.WithDeadline(ctx, start.Add(req.Wait))
 		defer cancel()
 	}
-	if ok, err := hd.enter(waitCtx, !a.canWait); !ok {
+	if req.Lease <= 0 {
+		a.ttl = hd.e.Cfg.Watchdog
+	}
+	a.h = newLease(hd, under, max(req.Weight, 1))
+	b, ok, err := hd.enter(waitCtx, !a.canWait, a.h, a.ttl)
+	if !ok {
 		if err != nil && ctx.Err() != nil {
 			return nil, CtxErr(ctx)
 		}
 		a.timedOut = a.canWait
 		return nil, nil
 	}
-	a.h = newLease(hd, under, max(req.Weight, 1))
 	a.h.parent, a.h.maxHold = ctx, req.MaxHold
 	if a.h.maxHold == 0 {
 		a.h.maxHold = hd.e.Cfg.MaxHold
 	}
-	if req.Lease <= 0 {
-		a.ttl = hd.e.Cfg.Watchdog
-	}
 	a.waitCtx = waitCtx
-	ok, err := a.run(ctx, waitCtx)
+	if b.token != 0 {
+		// The holder before us passed us the hold with the gate: Redis
+		// granted it in the release's own script, from b.sent on.
+		ok, err = a.grant(ctx, b.token, b.sent)
+	} else {
+		ok, err = a.run(ctx, waitCtx)
+	}
 	if !a.granted {
 		a.h.finish() // frees the gate
 	}

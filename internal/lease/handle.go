@@ -103,19 +103,37 @@ func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err err
 }
 
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
-// It first drops the handle's lost leases (dropLost).
-func (hd *Handle) enter(ctx context.Context, try bool) (bool, error) {
+// It first drops the handle's lost leases (dropLost). A waiter of a kind
+// that passes (Passer) waits as next, the lease it will take with ttl: the
+// gate may come with the hold itself, a baton with its token.
+func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Duration) (baton, bool, error) {
 	hd.dropLost()
 	switch {
 	case hd.p.Shared():
-		return true, nil
+		return baton{}, true, nil
 	case try:
-		return hd.gate.tryEnter(), nil
+		return baton{}, hd.gate.tryEnter(), nil
 	}
-	if err := hd.gate.enter(ctx); err != nil {
-		return false, err
+	w := &gateWaiter{}
+	if _, ok := hd.p.(Passer); ok {
+		w.next, w.ttl = next, ttl
+		w.abandoned = func(b baton) {
+			hd.e.Detach(func(ctx context.Context) {
+				if b.token != 0 {
+					// Passed to a waiter that had left: the kind's Undo
+					// passes the hold on in Redis, as for a grant whose
+					// reply came too late.
+					hd.p.Undo(ctx, next, Queueing{}, true)
+				}
+				hd.gate.exit()
+			})
+		}
 	}
-	return true, nil
+	b, err := hd.gate.enterAs(ctx, w)
+	if err != nil {
+		return baton{}, false, err
+	}
+	return b, true, nil
 }
 
 // dropLost finishes the handle's leases that were lost and that nobody has
@@ -168,7 +186,12 @@ func (hd *Handle) vacate(h *Lease) {
 		}
 	}
 	hd.mu.Unlock()
-	hd.exit()
+	h.mu.Lock()
+	passing := h.passing != nil
+	h.mu.Unlock()
+	if !passing {
+		hd.exit() // else the pass's reply gives the gate on (passOn)
+	}
 }
 
 // Current is the lease an Unlock with ctx releases: the one ctx carries,

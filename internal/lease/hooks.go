@@ -13,7 +13,7 @@ import (
 // made, taking the handle's gate when try says so (false when it is busy).
 func (hd *Handle) TestLease(ctx context.Context, enter bool) (*Lease, bool) {
 	if enter {
-		if ok, _ := hd.enter(ctx, true); !ok {
+		if _, ok, _ := hd.enter(ctx, true, nil, 0); !ok {
 			return nil, false
 		}
 	}
@@ -55,4 +55,12 @@ func (h *Lease) ValidUntil() time.Time {
 func (hd *Handle) TestSleep(r Reply) time.Duration {
 	a := acquisition{h: &Lease{e: hd.e}}
 	return a.sleep(r)
+}
+
+// GateWaiters is how many goroutines wait at the handle's gate (not
+// counting one a pass in flight goes to).
+func (hd *Handle) GateWaiters() int {
+	hd.gate.mu.Lock()
+	defer hd.gate.mu.Unlock()
+	return len(hd.gate.waiters)
 }

@@ -51,8 +51,9 @@ type Lease struct {
 	renewing bool // renewal is registered with the watchdog
 	alerted  bool // reported as a long hold (Config.LongHold)
 
-	// argBuf holds a kind's script arguments (Buf).
-	argBuf [14]any
+	// argBuf holds a kind's script arguments (Buf): EVALSHA's three, and up
+	// to 14 keys and arguments (a pass's).
+	argBuf [17]any
 
 	// serial admits one re-entry or release call at a time: each sends the
 	// count it expects, which must not be read twice.
@@ -79,7 +80,10 @@ type Lease struct {
 	// certainAtRelease: the final release was sent before validUntil.
 	certainAtRelease bool
 	renewErr         error // the last renewal failure, for the loss reason
-	onEnd            []func(error)
+	// passing is the waiter a pass in flight goes to: the handle's gate is
+	// its, not the queue's, when the lease finishes (passOn).
+	passing *gateWaiter
+	onEnd   []func(error)
 }
 
 // isRedisError reports whether err is an error reply from Redis (READONLY,

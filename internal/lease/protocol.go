@@ -53,6 +53,22 @@ type Protocol interface {
 	Renewal(l *Lease) renew.Entry
 }
 
+// Passer is a Protocol of an exclusive kind whose final release can pass
+// the hold straight to another goroutine of the process that waits at the
+// handle's gate (lock cohorting): one script frees the releaser's field and
+// gives next's its TTL and a new fencing token, and the waiter is told in
+// memory, instead of a release, a wake-up and an acquisition of its own.
+type Passer interface {
+	// Pass builds the final release of l's one hold as a pass to next, with
+	// ttl; inRow counts the passes the handle made in a row before this
+	// one. It returns nil when the kind would rather release through Redis
+	// (others' turn); a pass the script cannot make is a plain release.
+	Pass(l, next *Lease, ttl time.Duration, inRow int) *wire.Call
+	// PassReply decodes Pass's reply: a release's answer, and the token
+	// next was given, or 0 when the script released instead of passing.
+	PassReply(cmd redis.Cmder) (Released, uint64, error)
+}
+
 // Queueing is a waiter's standing in a wait list, sent with its attempts.
 type Queueing struct {
 	Entry      string // the queue entry; "" when not queueing

@@ -1,0 +1,303 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+// A final Unlock with another goroutine of the Client waiting for the same
+// lock passes the hold in its own script: the waiter sends nothing, holds
+// with its own field, a full TTL and a larger token, and Redis says so.
+func TestPassWithinProcess(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	const name = "pass30:basic"
+	m := c.Mutex(name)
+	actx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan context.Context, 1)
+	go func() {
+		bctx, err := c.Mutex(name).LockContext(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- bctx
+	}()
+	waitFor(t, "the second goroutine at the gate", func() bool { return gateWaiters(m) == 1 })
+	before := commands(t, r)
+	if err := m.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	bctx := <-got
+	if bctx == nil {
+		t.FailNow()
+	}
+	after := commands(t, r)
+	if n := after["evalsha"] - before["evalsha"]; n != 1 {
+		t.Errorf("%d scripts ran for the hand-over, want 1 (the pass; the waiter sends nothing)", n)
+	}
+	if a, b := TokenFrom(actx), TokenFrom(bctx); b <= a {
+		t.Errorf("the passed hold's token %d is not above the first's %d", b, a)
+	}
+	fields, err := rdb.HGetAll(ctx, name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fields) != 1 || fields[holderField(m)] != "1" {
+		t.Errorf("the lock hash is %v, want only the new holder's field %q", fields, holderField(m))
+	}
+	if ttl := rdb.PTTL(ctx, name).Val(); ttl < 20*time.Second {
+		t.Errorf("the passed hold's TTL is %v, want the watchdog's 30s", ttl)
+	}
+	if err := m.Unlock(bctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Error("the lock outlived its last Unlock")
+	}
+}
+
+// Goroutines of two Clients, several per Client, take turns on one lock:
+// passes inside each Client and hand-offs between them never let two in,
+// every holder is the holder in Redis, and tokens only grow.
+func TestPassKeepsExclusionAndFencing(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pass30:turns"
+	var (
+		mu     sync.Mutex
+		inside int
+		last   uint64
+		grants atomic.Int64
+	)
+	var wg sync.WaitGroup
+	for range 2 {
+		c := newClient(t, r)
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(name)
+				for range 40 {
+					hctx, err := m.LockContext(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					inside++
+					tok := TokenFrom(hctx)
+					if inside != 1 || tok <= last {
+						t.Errorf("%d inside, token %d after %d", inside, tok, last)
+					}
+					last = tok
+					mu.Unlock()
+					if ok, err := rdb.HExists(ctx, name, holderField(m)).Result(); !ok || err != nil {
+						t.Errorf("the holder's field %q is not in Redis: %v", holderField(m), err)
+					}
+					grants.Add(1)
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					if err := m.Unlock(hctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if n := grants.Load(); n != 240 {
+		t.Errorf("%d grants, want 240", n)
+	}
+	if n := rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Error("the lock outlived its last Unlock")
+	}
+}
+
+// A FairMutex passes only while no other process queues: a waiter of
+// another Client that queued first goes before a goroutine of the
+// releaser's own Client.
+func TestFairPassKeepsCrossProcessOrder(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pass30:fair"
+	c1, c2 := newClient(t, r), newClient(t, r)
+	m := c1.FairMutex(name)
+	actx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	remote := make(chan context.Context, 1)
+	go func() {
+		rctx, err := c2.FairMutex(name).LockContext(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		order <- "remote"
+		remote <- rctx
+	}()
+	queue := keys.Companion("dlock:queue", name)
+	waitFor(t, "the other Client queued", func() bool { return rdb.LLen(ctx, queue).Val() == 1 })
+	local := make(chan context.Context, 1)
+	go func() {
+		lctx, err := c1.FairMutex(name).LockContext(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		order <- "local"
+		local <- lctx
+	}()
+	waitFor(t, "the local goroutine at the gate", func() bool { return gateWaiters(&m.Mutex) == 1 })
+	if err := m.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	if first := <-order; first != "remote" {
+		t.Fatalf("%s got the fair lock first, want the waiter that queued first", first)
+	}
+	if err := c2.FairMutex(name).Unlock(<-remote); err != nil {
+		t.Fatal(err)
+	}
+	<-order
+	if err := m.Unlock(<-local); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Mutex passes at most a bounded number of times in a row: a waiter of
+// another Client gets the lock while the goroutines of one Client keep
+// taking it from one another.
+func TestPassLetsOtherProcessesIn(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pass30:budget"
+	c1, c2 := newClient(t, r), newClient(t, r)
+	stop := make(chan struct{})
+	var queued atomic.Bool
+	var afterQueued atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c1.Mutex(name)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := m.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				if queued.Load() {
+					afterQueued.Add(1)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, "the Client's goroutines taking turns", func() bool { return rdb.Exists(ctx, name).Val() == 1 })
+	queued.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		err := c2.Mutex(name).Lock(wctx)
+		if err == nil {
+			err = c2.Mutex(name).Unlock(wctx)
+		}
+		got <- err
+	}()
+	err := <-got
+	n := afterQueued.Load()
+	close(stop)
+	wg.Wait()
+	t.Logf("%d grants inside one Client while the other's waiter waited", n)
+	if err != nil {
+		t.Fatalf("the other Client's waiter: %v", err)
+	}
+	// Its first attempt, subscription and queueing take a few round trips;
+	// once queued, at most passBudget passes follow, and the next release
+	// hands it the lock.
+	if n > 3*16 {
+		t.Errorf("%d grants inside one Client while the other's waiter waited", n)
+	}
+}
+
+// A waiter whose ctx ends while a pass to it is in flight returns at once,
+// not when the pass's reply comes; the hold passed to it is given back, and
+// the lock does not wait for its TTL.
+func TestPassToWaiterThatLeft(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	proxy := testenv.NewFaultProxy(t, r.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = prdb.Close() })
+	c := newClientOn(t, prdb)
+	ctx := ctxT(t)
+	const name = "pass30:left"
+	m := c.Mutex(name)
+	actx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	bDone := make(chan error, 1)
+	go func() { bDone <- c.Mutex(name).Lock(bctx) }()
+	waitFor(t, "the second goroutine at the gate", func() bool { return gateWaiters(m) == 1 })
+	proxy.SetLatency(0, time.Second)
+	aDone := make(chan error, 1)
+	go func() { aDone <- m.Unlock(actx) }()
+	waitFor(t, "the pass sent", func() bool { return gateWaiters(m) == 0 })
+	cancelB()
+	select {
+	case err := <-bDone:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiter that left: %v, want context.Canceled", err)
+		}
+	case <-aDone:
+		t.Fatal("the waiter that left was kept until the pass's reply")
+	}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(0, 0)
+	// The hold passed to the waiter that left is given back: the next
+	// caller gets the lock without waiting out the watchdog's 30 s.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hctx, err := c.Mutex(name).LockContext(cctx)
+	if err != nil {
+		t.Fatalf("the lock after a pass to a waiter that left: %v", err)
+	}
+	if fields := rdb.HGetAll(ctx, name).Val(); len(fields) != 1 {
+		t.Errorf("the lock hash is %v, want the new holder alone", fields)
+	}
+	if err := c.Mutex(name).Unlock(hctx); err != nil {
+		t.Fatal(err)
+	}
+}
