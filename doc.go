@@ -44,7 +44,20 @@
 // c.Mutex("h1").Lock(ctx) in one function and c.Mutex("h1").Unlock(ctx) in
 // another take and release one hold. Goroutines that lock one name through
 // one Client wait for each other at that handle, in arrival order, and one
-// at a time in Redis. Two Clients are two owners, and so are a Mutex and a
+// at a time in Redis. When a Mutex or FairMutex hold ends by Unlock while
+// another goroutine waits at its handle, the release passes the hold to
+// that goroutine in the same script (its own field, its TTL, a new token),
+// and the waiter sends nothing: one script per hand-over instead of a
+// release and an acquisition. A Mutex's pass also takes the fencing tokens
+// of the passes that may follow, so those send nothing at all: the one
+// Redis hold (its field, its TTL and how long it is certain, its renewal)
+// goes on from goroutine to goroutine, each with a larger token than the
+// last and than any earlier holder's elsewhere, and a holder elsewhere
+// after them gets a larger one still. A hold with a fixed lease is passed
+// in Redis only. A Mutex passes at most 16 times in a row and then
+// releases through Redis' queue, so that other processes get their turn;
+// a FairMutex passes only while no other process queues, so its order
+// across processes holds. Two Clients are two owners, and so are a Mutex and a
 // FairMutex of one name. The Client refers to its handles weakly: one that
 // nothing refers to any more (no variable, no hold, no waiter) is
 // collected, so looking up millions of names keeps only those in use.
@@ -134,7 +147,10 @@
 // confirmed renewal: the holder counts the TTL less a margin for clock drift
 // (1% of it plus 2ms, Redlock's allowance) on its own monotonic clock, from
 // when the renewing or granting request was sent. Every grant is the reply to
-// a request of the holder's own, a hand-off included. Tokens of successive
+// a request of the holder's own, a hand-off included, or, for a hold passed
+// between goroutines of one Client, to the releasing goroutine's request,
+// which the process itself sent; a hold passed in memory is that grant
+// going on, certain no longer than it was for the goroutine before. Tokens of successive
 // holds of one name strictly increase (see the fencing paragraph below). Close
 // tells every holder of its client (as a loss wrapping ErrClosed) before it
 // releases their locks. The reasons a hold is lost are told apart with

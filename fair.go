@@ -27,6 +27,11 @@ package dlock
 // by crashed processes only expires as a whole, 12s after the last waiter
 // touched it.
 //
+// Goroutines of one Client queue once: they wait for each other at the
+// Client's handle, and an Unlock passes the hold to the next of them in the
+// release's own script only while dlock:queue:{name} is empty, so a waiter
+// of another process that queued first is never passed over.
+//
 // Order is by arrival at Redis, among live waiters; a waiter whose Client
 // lost its pub/sub connection keeps its place and re-checks when it is back.
 // In spin mode (WithSpin) a FairMutex still queues and polls for its turn.

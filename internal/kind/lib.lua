@@ -74,6 +74,19 @@ local function next_token(fence_ttl)
   return tok
 end
 
+-- reserve_tokens takes n fencing tokens at once (one INCRBY) and returns the
+-- highest: the caller's process hands out the n - 1 below it itself, in
+-- order, while its hold lasts (a Mutex's passes in memory, lease.Passer).
+-- Like next_token, it starts a new sequence when the counter had expired.
+local function reserve_tokens(fence_ttl, n)
+  local top = redis.call('incrby', KEYS[2], n)
+  if top == n then
+    top = issue_token(fence_ttl) + n - 1
+    redis.call('set', KEYS[2], string.format('%d', top), 'PX', fence_ttl)
+  end
+  return top
+end
+
 -- publish tells waiters on channel. A user whose ACL denies PUBLISH still
 -- locks and unlocks (its waiters then rely on re-checks), so a refusal is
 -- ignored rather than failing the script.

@@ -136,16 +136,27 @@ const passed = -16
 // their turn.
 const passBudget = 16
 
+// MayPass implements lease.Passer: up to passBudget passes in a row.
+func (p *Mutex) MayPass(inRow int) bool { return inRow < passBudget }
+
+// Spare implements lease.Passer: a Mutex's pass in Redis takes the tokens
+// of the passes in memory that may follow it within the budget. A
+// FairMutex takes none: each of its passes asks Redis whether another
+// process queues.
+func (p *Mutex) Spare() int {
+	if p.fair {
+		return 0
+	}
+	return passBudget - 1
+}
+
 // Pass implements lease.Passer with release.lua's pass. A FairMutex passes
 // only while no other process queues, and so keeps its order across
-// processes; a Mutex passes up to passBudget times in a row.
-func (p *Mutex) Pass(l, next *lease.Lease, ttl time.Duration, inRow int) *wire.Call {
-	if inRow >= passBudget {
-		return nil
-	}
+// processes.
+func (p *Mutex) Pass(l, next *lease.Lease, ttl time.Duration) *wire.Call {
 	a := &p.e.Args
 	return scriptRelease.IntCall(l.Buf(), p.keys[:], l.FieldArg(), 1, a.ClaimMs, a.FenceTTLMs, l.Token(), "0",
-		next.FieldArg(), p.e.TTLArg(ttl), flag(p.fair))
+		next.FieldArg(), p.e.TTLArg(ttl), flag(p.fair), 1+p.Spare())
 }
 
 // PassReply implements lease.Passer: release.lua's integer, decoded

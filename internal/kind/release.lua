@@ -15,9 +15,12 @@
 -- ARGV[8] the next holder's TTL in ms
 -- ARGV[9] '1' to pass only when nobody waits in the queue (a FairMutex:
 --         another process's waiter came first); '0' to pass regardless
+-- ARGV[10] how many fencing tokens to take for the next holder: its own,
+--         and those its process will hand out by passing the hold on in
+--         memory (reserve_tokens); the reply names the highest
 -- Returns one integer: r >= 0 released, r is the count that remains;
 -- -4 <= r < 0 the caller holds nothing, and -1 - r is why (why_gone's code);
--- r <= PASSED - 1 passed: the next holder's fencing token is PASSED - r.
+-- r <= PASSED - 1 passed: the highest token taken is PASSED - r.
 -- A pass that cannot be made (the count is not 1, or ARGV[9] and a waiter
 -- in the queue) is an ordinary release.
 --
@@ -96,7 +99,7 @@ if ARGV[7] and cnt == 1 and expected == 1 and (ARGV[9] ~= '1' or redis.call('lle
   redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], ARGV[7], 1)
   redis.call('pexpire', KEYS[1], ARGV[8])
-  return PASSED - next_token(ARGV[4])
+  return PASSED - reserve_tokens(ARGV[4], tonumber(ARGV[10]))
 end
 release_to_next(ARGV[3], ARGV[4])
 return 0

@@ -78,11 +78,16 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 		a.h.maxHold = hd.e.Cfg.MaxHold
 	}
 	a.waitCtx = waitCtx
-	if b.token != 0 {
+	switch {
+	case b.field != "":
+		// The holder before us passed us its Redis hold as it is.
+		ok, err = a.adopt(ctx, b)
+	case b.token != 0:
 		// The holder before us passed us the hold with the gate: Redis
 		// granted it in the release's own script, from b.sent on.
+		a.h.spare = b.spare
 		ok, err = a.grant(ctx, b.token, b.sent)
-	} else {
+	default:
 		ok, err = a.run(ctx, waitCtx)
 	}
 	if !a.granted {

@@ -35,12 +35,16 @@ type gateWaiter struct {
 	abandoned func(baton)
 }
 
-// baton is what comes with the gate: the hold passed to the waiter (the
-// token it was given, and when the pass was sent, which its lease counts
-// from), or a zero token for the gate alone.
+// baton is what comes with the gate: the hold passed to the waiter (pass.go),
+// or a zero token for the gate alone.
 type baton struct {
 	token uint64
-	sent  time.Time
+	spare [2]uint64 // the tokens it may hand out itself: first, last
+	// A pass in Redis: when it was sent, which the lease counts from.
+	sent time.Time
+	// A pass in memory: the hold's field and when it stops being certain.
+	field      string
+	validUntil time.Time
 }
 
 // tryEnter takes the gate if it is free.

@@ -123,6 +123,9 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Dur
 					// Passed to a waiter that had left: the kind's Undo
 					// passes the hold on in Redis, as for a grant whose
 					// reply came too late.
+					if b.field != "" {
+						next.field = b.field // passed in memory
+					}
 					hd.p.Undo(ctx, next, Queueing{}, true)
 				}
 				hd.gate.exit()

@@ -17,7 +17,9 @@ import (
 // final release or the loss: a hold of a lock (re-entries share it and
 // count up) or a permit of a semaphore. Its owner id is new for every lease
 // and never reused, so a script that finds the owner's field knows it is
-// this lease's. A Lease is safe for concurrent use.
+// this lease's; a lease passed a hold in memory (pass.go) takes its
+// predecessor's field with it, and the one Redis hold goes on from one lease
+// to the next, never two at once. A Lease is safe for concurrent use.
 type Lease struct {
 	e    *Engine
 	p    Protocol
@@ -40,6 +42,9 @@ type Lease struct {
 	parent context.Context // the context the lease was asked for with
 
 	token uint64
+	// spare are the fencing tokens, first to last, the lease may hand out
+	// by passing its hold on in memory (pass.go); none when first > last.
+	spare [2]uint64
 	start time.Time
 	lease time.Duration // > 0: a fixed lease, never renewed past until
 	until time.Time     // the fixed lease's end
@@ -52,8 +57,8 @@ type Lease struct {
 	alerted  bool // reported as a long hold (Config.LongHold)
 
 	// argBuf holds a kind's script arguments (Buf): EVALSHA's three, and up
-	// to 14 keys and arguments (a pass's).
-	argBuf [17]any
+	// to 15 keys and arguments (a pass's).
+	argBuf [18]any
 
 	// serial admits one re-entry or release call at a time: each sends the
 	// count it expects, which must not be read twice.
@@ -159,18 +164,37 @@ func DriftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Mill
 // lease its TTL). It reports false, with nothing registered, when the
 // engine is closing.
 func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool {
+	if lease > 0 {
+		h.lease, h.until = lease, sent.Add(lease)
+		return h.begin(token, h.until.Add(-DriftMargin(lease)), time.Time{}, sent)
+	}
+	// The first renewal is counted from sent, like the TTL: a slow grant
+	// must not push it past the lease's validity.
+	ttl := h.e.Cfg.Watchdog
+	return h.begin(token, sent.Add(ttl-DriftMargin(ttl)), sent.Add(ttl/renew.PerTTL), sent)
+}
+
+// adopted starts the bookkeeping of a watchdog hold passed in memory
+// (adopt): the Redis hold is the one it was, certain until validUntil, and
+// its next renewal falls due a period after the last confirmed one.
+func (h *Lease) adopted(token uint64, validUntil time.Time) bool {
+	ttl := h.e.Cfg.Watchdog
+	confirmed := validUntil.Add(-(ttl - DriftMargin(ttl)))
+	return h.begin(token, validUntil, confirmed.Add(ttl/renew.PerTTL), time.Now())
+}
+
+// begin is granted's and adopted's bookkeeping: the lease is certain until
+// validUntil, renewed from renewAt (zero: a fixed lease, not renewed), and
+// bounded by MaxHold from since.
+func (h *Lease) begin(token uint64, validUntil, renewAt, since time.Time) bool {
 	e := h.e
 	h.token, h.start, h.count = token, time.Now(), 1
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if lease <= 0 {
-		ttl := e.Cfg.Watchdog
-		h.validUntil = sent.Add(ttl - DriftMargin(ttl))
+	h.validUntil = validUntil
+	if !renewAt.IsZero() {
 		h.renewal = h.p.Renewal(h)
-		h.renewal.TTL, h.renewal.Holder, h.renewal.Since = ttl, h, h.start.UnixMilli()
-	} else {
-		h.lease, h.until = lease, sent.Add(lease)
-		h.validUntil = h.until.Add(-DriftMargin(lease))
+		h.renewal.TTL, h.renewal.Holder, h.renewal.Since = e.Cfg.Watchdog, h, h.start.UnixMilli()
 	}
 	if !e.track(h) {
 		return false
@@ -182,12 +206,10 @@ func (h *Lease) granted(token uint64, sent time.Time, lease time.Duration) bool 
 	}
 	if h.renewal.Holder != nil {
 		h.renewing = true
-		// Counted from sent, like the TTL: a slow grant must not push the
-		// first renewal past the lease's validity.
-		e.renewer.Add(&h.renewal, sent.Add(e.Cfg.Watchdog/renew.PerTTL))
+		e.renewer.Add(&h.renewal, renewAt)
 	}
 	if h.maxHold > 0 {
-		h.maxUntil = sent.Add(h.maxHold)
+		h.maxUntil = since.Add(h.maxHold)
 	}
 	e.deadlines.add(h, h.deadline())
 	return true

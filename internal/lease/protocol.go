@@ -55,17 +55,24 @@ type Protocol interface {
 
 // Passer is a Protocol of an exclusive kind whose final release can pass
 // the hold straight to another goroutine of the process that waits at the
-// handle's gate (lock cohorting): one script frees the releaser's field and
-// gives next's its TTL and a new fencing token, and the waiter is told in
-// memory, instead of a release, a wake-up and an acquisition of its own.
+// handle's gate (lock cohorting). A pass in Redis frees the releaser's
+// field and gives next's its TTL and new fencing tokens in one script; the
+// waiter is told in memory, and sends nothing. A kind with spare tokens
+// (Spare) lets the holder that got them pass the hold on in memory, with no
+// call at all: the field, its TTL and its renewal go on, and each new
+// holder takes the next spare token.
 type Passer interface {
-	// Pass builds the final release of l's one hold as a pass to next, with
-	// ttl; inRow counts the passes the handle made in a row before this
-	// one. It returns nil when the kind would rather release through Redis
-	// (others' turn); a pass the script cannot make is a plain release.
-	Pass(l, next *Lease, ttl time.Duration, inRow int) *wire.Call
-	// PassReply decodes Pass's reply: a release's answer, and the token
-	// next was given, or 0 when the script released instead of passing.
+	// MayPass reports whether the handle may pass after inRow passes in a
+	// row; false sends the release through Redis (others' turn).
+	MayPass(inRow int) bool
+	// Spare is how many tokens beyond the next holder's own a pass in
+	// Redis takes, for passes in memory (0: none).
+	Spare() int
+	// Pass builds the final release of l's one hold as a pass to next,
+	// with ttl; a pass the script cannot make is a plain release.
+	Pass(l, next *Lease, ttl time.Duration) *wire.Call
+	// PassReply decodes Pass's reply: a release's answer, and the highest
+	// token taken, or 0 when the script released instead of passing.
 	PassReply(cmd redis.Cmder) (Released, uint64, error)
 }
 

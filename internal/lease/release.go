@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/notify"
-	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // Release releases one hold count of h (all of them with all) whatever ctx
@@ -75,8 +74,8 @@ type release struct {
 	final    bool          // the release ends the lease
 	renewing bool          // a final release of a lease that was being renewed
 	observe  func(Release) // the release's observers
-	pass     bool          // the release is a pass (Passer) to h.passing
-	sent     time.Time     // when the pass was sent: the next lease counts from it
+	pass     bool          // the release is a pass in Redis (Passer) to h.passing
+	baton    baton         // what the waiter h.passing gets with the gate
 }
 
 // releaseUndo finishes the bookkeeping of a release whose caller left
@@ -111,6 +110,9 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 		h.rel.observe = ObserveRelease(e.Cfg.Observers, ctx, h.p.Kind(), h.name)
 	}
 	cl := h.releaseCall(count, all)
+	if cl == nil {
+		return h.released(nil) // passed in memory: nothing to send
+	}
 	cl.Undo = (*releaseUndo)(h)
 	if notify.Tracing && h.rel.final {
 		notify.Trace(e.Cfg.ClientID, notify.HopRelease)
@@ -121,49 +123,6 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	err := h.released(cl.Cmd)
 	cl.Free()
 	return err
-}
-
-// releaseCall builds the release of count holds (all of them with all).
-// A final release is a pass when the kind makes them (Passer) and another
-// goroutine waits at the handle's gate: the hold goes to it in the same
-// script, and it is told in memory (passOn).
-func (h *Lease) releaseCall(count int, all bool) *wire.Call {
-	pp, ok := h.p.(Passer)
-	if !ok || !h.rel.final || all || count != 1 || h.e.closed.Load() {
-		return h.p.Release(h, count, all)
-	}
-	w, inRow := h.handle.gate.reserve()
-	if w == nil {
-		return h.p.Release(h, count, all)
-	}
-	cl := pp.Pass(h, w.next, w.ttl, inRow)
-	if cl == nil {
-		h.handle.gate.putBack(w)
-		return h.p.Release(h, count, all)
-	}
-	h.rel.pass, h.rel.sent = true, time.Now()
-	h.mu.Lock()
-	h.passing = w
-	h.mu.Unlock()
-	return cl
-}
-
-// passOn ends a pass once its reply is in (or failed): the reserved waiter
-// gets the gate, with the hold when the pass was made; when the lease goes
-// on (Redis had more holds than we knew), the waiter goes back to the head
-// of the queue.
-func (h *Lease) passOn(token uint64, sent time.Time) {
-	h.mu.Lock()
-	w, finished := h.passing, h.finished
-	h.passing = nil
-	h.mu.Unlock()
-	switch {
-	case w == nil:
-	case finished:
-		h.handle.gate.handOver(w, baton{token: token, sent: sent})
-	default:
-		h.handle.gate.putBack(w)
-	}
 }
 
 // quiesce stops the deadline and renewal of a lease whose final release is
@@ -193,9 +152,27 @@ func (h *Lease) quiesce() {
 	}
 }
 
-// released does the bookkeeping of a release call whose reply is in, and
-// gives the lease's turn back.
-func (h *Lease) released(cmd redis.Cmder) (err error) {
+// released does the bookkeeping of a release call whose reply is in (nil:
+// a pass in memory, which sent none), and gives the lease's turn back.
+func (h *Lease) released(cmd redis.Cmder) error {
+	switch {
+	case cmd == nil:
+		return h.conclude(Released{Found: true}, nil)
+	case !h.rel.pass:
+		r, err := h.p.ReleaseReply(cmd)
+		return h.conclude(r, err)
+	}
+	r, top, err := h.p.(Passer).PassReply(cmd)
+	if top != 0 {
+		h.rel.baton.takeTokens(top, h.p.(Passer).Spare())
+	}
+	return h.conclude(r, err)
+}
+
+// conclude applies a release's answer to the lease, gives the handle's
+// gate to the waiter a pass went to (passOn), and gives the lease's turn
+// back.
+func (h *Lease) conclude(r Released, err error) error {
 	rel := h.rel
 	defer h.endTurn()
 	if rel.observe != nil {
@@ -211,13 +188,8 @@ func (h *Lease) released(cmd redis.Cmder) (err error) {
 			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: err, Weight: h.weight})
 		}()
 	}
-	if !rel.pass {
-		r, err := h.p.ReleaseReply(cmd)
-		return h.settle(r, err, rel.final, rel.renewing)
-	}
-	r, token, err := h.p.(Passer).PassReply(cmd)
 	err = h.settle(r, err, rel.final, rel.renewing)
-	h.passOn(token, rel.sent)
+	h.passOn(rel.baton)
 	return err
 }
 
