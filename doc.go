@@ -171,8 +171,14 @@
 //
 // Redis's data is the only source of truth. A pub/sub message wakes a
 // waiter, and at most one of its attempts follows; no message makes anyone a
-// holder, ends a hold, or tells an observer who leads. What a client sharing
-// the same Redis can do, by what its ACL lets it do:
+// holder, ends a hold, or tells an observer who leads. A Mutex or FairMutex
+// waiter (up to 8 per Client, with a watchdog lease) learns of a hand-off
+// as the reply to its own blocking pop (BLPOP, on a pool connection, of
+// dlock:queue:{name}:g:<owner>), which the release that hands it the lock
+// fills in the same script: a key, which only a client that may write
+// dlock's keys can write, so the reply is the grant and no claim round trip
+// follows. Where BLPOP is refused, waiters are woken by messages as before.
+// What a client sharing the same Redis can do, by what its ACL lets it do:
 //
 //   - Publish on any channel (the default ACL allows every channel): it can
 //     make waiters attempt again, one attempt per message at most for each

@@ -209,10 +209,10 @@ func TestElectionResignHandsOff(t *testing.T) {
 		t.Fatalf("Leader = %q, %v", v, err)
 	}
 	stats := commands(t, r)
-	// The hand-off message only wakes the candidate: its attempt confirms
-	// the grant in Redis before it leads.
-	if stats["evalsha"] != 3 || stats["eval"] != 0 {
-		t.Fatalf("scripts run between Resign and the new leader: %v, want 3 (release with hand-off, the candidate's attempt, announcement)", stats)
+	// The release puts the grant in the waiting candidate's box, which it
+	// pops (no attempt of its own), and the new leader announces itself.
+	if stats["evalsha"] != 2 || stats["rpush"] != 1 || stats["eval"] != 0 {
+		t.Fatalf("commands run between Resign and the new leader: %v, want 2 scripts (release with hand-off, announcement) and the grant popped", stats)
 	}
 	t.Logf("handed over in %v", elapsed)
 	if err := eb.Resign(ctx); err != nil {

@@ -42,17 +42,43 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	}
 	// The hand-off message and the queue entry, in lib.lua's hand_off and
 	// in release.lua's inline copy of its common case.
-	if !strings.Contains(lib, "ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)") {
-		t.Error("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.HandoffTicket)")
+	for _, want := range []string{
+		"local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)",
+		"publish('" + keys.ClientChannelPrefix + "' .. cid, ticket .. ' ' .. msg)",
+	} {
+		if !strings.Contains(lib, want) {
+			t.Errorf("lib.lua's hand-off message is not \"<ticket> <token> <ttl ms>\" (keys.HandoffTicket): no %q", want)
+		}
+	}
+	// A PopEntry's mark and its box (keys.PopEntry, keys.GrantBox), in
+	// lib.lua's deliver, release.lua's inline copy and force.lua.
+	box := keys.GrantBox("", "f")
+	if box != ":g:f" {
+		t.Fatalf("keys.GrantBox(q, f) = q + %q, want q + \":g:\" + f", box)
+	}
+	for script, wants := range map[string][]string{
+		"lib.lua":     {"if string.sub(ttl, 1, 2) == '00' then", "local box = KEYS[3] .. ':g:' .. field"},
+		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = KEYS[3] .. ':g:' .. field"},
+		"force.lua":   {"redis.call('del', KEYS[3] .. ':g:' .. f)"},
+	} {
+		for _, want := range wants {
+			if !strings.Contains(kind.Source(script), want) {
+				t.Errorf("%s lacks %q (keys.PopEntry, keys.GrantBox)", script, want)
+			}
+		}
+	}
+	if e := keys.PopEntry(7, 30000, "c:1"); strings.Split(e, " ")[1] != "0030000" {
+		t.Errorf("keys.PopEntry = %q, want its TTL written as 0030000", e)
+	} else if tk, ttl, f, ok := keys.ParseQueueEntry(e); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
+		t.Error("keys.PopEntry and ParseQueueEntry disagree")
 	}
 	if !strings.Contains(lib, `string.match(e, '^(%d+) (%d+) (.+)$')`) {
 		t.Error("lib.lua does not read queue entries as \"<ticket> <ttl ms> <owner>\" (keys.QueueEntry)")
 	}
 	for _, want := range []string{
 		"'" + keys.ClientChannelPrefix + "' .. cid,",
-		"'" + keys.ClientChannelPrefix + "' .. handed[2],",
-		"ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim)",
-		"handed[1] .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', handed[3])",
+		"local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)",
+		"ticket .. ' ' .. msg)",
 		`string.match(first, '^(%d+) (%d+) (.+)$')`,
 		`string.match(field, '^(.*):')`,
 	} {
@@ -87,7 +113,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	} else if tk, ttl, f, ok := keys.ParseQueueEntry(e); !ok || tk != 7 || ttl != 30000 || f != "c:1" {
 		t.Error("keys.MutexEntry and ParseQueueEntry disagree")
 	}
-	if !strings.Contains(kind.Source("release.lua"), "if string.byte(ttl) == 48 then") {
+	if !strings.Contains(kind.Source("release.lua"), "if string.byte(ttl) == 48 and not pop then") {
 		t.Error("release.lua does not look for keys.MutexEntry's mark")
 	}
 	// A pass's answer lies below every why_gone code.

@@ -262,7 +262,22 @@ func MutexEntry(ticket uint64, ttlMs int64, field string) string {
 	return strconv.FormatUint(ticket, 10) + " 0" + strconv.FormatInt(ttlMs, 10) + " " + field
 }
 
-// ParseQueueEntry reverses QueueEntry and MutexEntry.
+// PopEntry is a Mutex waiter's QueueEntry with its TTL written with two
+// leading zeros: the mark of a waiter that pops its grant from its box
+// (GrantBox) with a blocking pop on a connection of its own, so the release
+// that hands the lock to it takes its token and puts "<token> <claim ms>"
+// there instead of publishing (lib.lua's deliver). An older dlock reads
+// the mark as MutexEntry's and publishes, which the waiter also hears.
+func PopEntry(ticket uint64, ttlMs int64, field string) string {
+	return strconv.FormatUint(ticket, 10) + " 00" + strconv.FormatInt(ttlMs, 10) + " " + field
+}
+
+// GrantBox is where a hand-off to a PopEntry waiter is put: a list next to
+// the lock's queue (queue is the queue's key, so the box has the queue's
+// namespace and Cluster slot), one per owner field.
+func GrantBox(queue, field string) string { return queue + ":g:" + field }
+
+// ParseQueueEntry reverses QueueEntry, MutexEntry and PopEntry.
 func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok bool) {
 	parts := strings.SplitN(e, " ", 3)
 	if len(parts) != 3 || parts[2] == "" {

@@ -37,6 +37,9 @@ end
 local told = {}
 for _, f in ipairs(fields) do
   redis.call('sadd', KEYS[4], f)
+  -- A hand-off to f that its waiter has not popped yet (lib.lua's deliver)
+  -- goes with the lock.
+  redis.call('del', KEYS[3] .. ':g:' .. f)
   local cid = string.match(f, '^([^:]+):') -- client ids have no ':'
   if cid and not told[cid] then
     told[cid] = true

@@ -101,6 +101,25 @@ local function redisson_name(prefix, name)
   return prefix .. ':{' .. name .. '}'
 end
 
+-- deliver tells the new holder of a hand-off its token and claim window.
+-- A waiter whose entry's TTL has two leading zeros (keys.PopEntry) pops
+-- them from its box (keys.GrantBox) with a blocking pop on a connection of
+-- its own: only a client that may write the lock's keys can put anything
+-- there, so the reply is the grant itself, with no claim round trip. Any
+-- other waiter is woken on its client channel, and its attempt claims.
+-- %d, not tostring: Lua would print a large token as 1.7e+15. The claim
+-- window goes along: the waiter's client may use another.
+local function deliver(ticket, ttl, field, cid, tok, claim)
+  local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)
+  if string.sub(ttl, 1, 2) == '00' then
+    local box = KEYS[3] .. ':g:' .. field
+    redis.call('rpush', box, msg)
+    redis.call('pexpire', box, claim)
+    return
+  end
+  publish('dlock:client:' .. cid, ticket .. ' ' .. msg)
+end
+
 -- hand_off passes the lock straight to the first valid waiter in the queue:
 -- the hash is rewritten to its field with the claim window as TTL, a new
 -- token is issued and the waiter's process is woken on its client channel
@@ -126,11 +145,7 @@ local function hand_off(claim_ms, fence_ttl, self, e)
       -- holder extends it as soon as it runs.
       local claim = math.min(tonumber(ttl), tonumber(claim_ms))
       redis.call('pexpire', KEYS[1], claim)
-      local tok = next_token(fence_ttl)
-      -- %d, not tostring: Lua would print a large token as 1.7e+15.
-      -- The TTL goes along: the waiter's client may use another claim window.
-      publish('dlock:client:' .. cid,
-        ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
+      deliver(ticket, ttl, field, cid, next_token(fence_ttl), claim)
       return 1
     end
     e = false

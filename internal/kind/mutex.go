@@ -203,6 +203,12 @@ func (p *Mutex) Entry(ticket uint64, ttl time.Duration, l *lease.Lease) string {
 	return keys.MutexEntry(ticket, lease.Ms(ttl), l.Field())
 }
 
+// PopEntry implements lease.Popper: keys.PopEntry, and the box next to the
+// lock's queue.
+func (p *Mutex) PopEntry(ticket uint64, ttl time.Duration, l *lease.Lease) (string, string) {
+	return keys.PopEntry(ticket, lease.Ms(ttl), l.Field()), keys.GrantBox(p.ks.Queue, l.Field())
+}
+
 // Renewal implements lease.Protocol.
 func (p *Mutex) Renewal(l *lease.Lease) renew.Entry {
 	return renew.Entry{Key: p.ks.Lock, Field: l.Field(), Kind: 'm', Fence: p.ks.Fence, Forced: p.ks.Forced}

@@ -52,7 +52,8 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
     redis.call('hset', KEYS[1], field, 1)
     local claim = math.min(tonumber(ttl), tonumber(ARGV[3]))
     redis.call('pexpire', KEYS[1], claim)
-    if string.byte(ttl) == 48 then
+    local pop = string.sub(ttl, 1, 2) == '00'
+    if string.byte(ttl) == 48 and not pop then
       -- A TTL with a leading zero marks a waiter whose claiming attempt
       -- takes its token itself (keys.MutexEntry): none is taken here, and
       -- the message carries token 0, as the semaphore's do.
@@ -60,10 +61,18 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
       return 0
     end
     local tok = redis.call('incr', KEYS[2])
-    handed = {ticket, cid, claim}
+    handed = {ticket, ttl, field, cid, claim}
     if tok ~= 1 then
-      redis.pcall('publish', 'dlock:client:' .. cid,
-        ticket .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', claim))
+      local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)
+      if pop then
+        -- Two leading zeros (keys.PopEntry): the grant goes to the
+        -- waiter's box, which it pops (lib.lua's deliver).
+        local box = KEYS[3] .. ':g:' .. field
+        redis.call('rpush', box, msg)
+        redis.call('pexpire', box, claim)
+      else
+        redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' ' .. msg)
+      end
       return 0
     end
     -- The counter had expired: a new sequence, below.
@@ -71,9 +80,7 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
 end
 --[[lib.lua]]
 if handed then
-  local tok = issue_token(ARGV[4])
-  publish('dlock:client:' .. handed[2],
-    handed[1] .. ' ' .. string.format('%d', tok) .. ' ' .. string.format('%d', handed[3]))
+  deliver(handed[1], handed[2], handed[3], handed[4], issue_token(ARGV[4]), handed[5])
   return 0
 end
 if first then

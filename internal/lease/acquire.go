@@ -119,6 +119,7 @@ type acquisition struct {
 	canWait  bool
 	w        *notify.Waiter
 	q        Queueing
+	pop      *pop // the waiter pops its hand-off (pop.go); nil when not
 	answered bool // Redis answered an attempt: a wait that runs out is contention, not an outage
 	timedOut bool
 	granted  bool
@@ -190,6 +191,11 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 				continue
 			}
 			a.q.Handoff = ev.Handoff
+		case p := <-a.popC():
+			if token, claim, ok := a.popAnswered(p); ok {
+				return a.grantPopped(ctx, token, claim)
+			}
+			continue
 		case <-timer.C:
 		case <-waitCtx.Done():
 			// A hand-off that raced the cancellation or the deadline is
@@ -264,6 +270,9 @@ func (a *acquisition) try(ctx context.Context) (Reply, time.Time, bool, error) {
 	a.answered = true
 	if a.q.Entry != "" {
 		a.q.Registered = true
+		if !r.Granted {
+			a.queued(sent)
+		}
 	}
 	return r, sent, false, nil
 }
@@ -315,15 +324,35 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (
 		// too little of its TTL is left to vouch for it. One renewal
 		// confirms it, counted from that call, before anyone relies on it.
 		var err error
-		if sent, err = h.confirm(ctx, a.ttl); err != nil {
-			h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, Queueing{}, true) })
-			if h.e.closed.Load() {
-				err = ErrClosed
-			}
+		if sent, err = a.confirmFirst(ctx); err != nil {
 			return false, err
 		}
 	}
-	if !h.granted(token, sent, a.lease) {
+	return a.hold(ctx, func() bool { return h.granted(token, sent, a.lease) })
+}
+
+// confirmFirst renews a grant before anyone relies on it (confirm); when
+// that fails, the grant is undone in the background.
+func (a *acquisition) confirmFirst(ctx context.Context) (time.Time, error) {
+	h := a.h
+	a.granted = true
+	sent, err := h.confirm(ctx, a.ttl)
+	if err != nil {
+		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, Queueing{}, true) })
+		if h.e.closed.Load() {
+			err = ErrClosed
+		}
+	}
+	return sent, err
+}
+
+// hold finishes a grant: begin starts the lease's bookkeeping (false once
+// Close has begun), then the lease occupies the handle and, when asked
+// for, is confirmed on the replicas.
+func (a *acquisition) hold(ctx context.Context, begin func() bool) (bool, error) {
+	h := a.h
+	a.granted = true
+	if !begin() {
 		// Close has begun and already released what it knew of.
 		h.end(lossError(h.name, ErrClosed, nil), nil)
 		_ = h.Release(ctx, true)
@@ -371,10 +400,12 @@ func (a *acquisition) join(ctx context.Context) error {
 		return err
 	}
 	a.q.Entry = h.p.Entry(a.w.Ticket, a.ttl, h)
+	a.startPop()
 	return nil
 }
 
 func (a *acquisition) leaveHub() {
+	a.stopPop()
 	if a.w != nil {
 		a.h.e.hub.Leave(a.w)
 	}

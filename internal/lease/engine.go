@@ -89,6 +89,8 @@ type Engine struct {
 	deadlines *deadlines
 	owners    atomic.Uint64 // numbers owner fields: one per lease, never reused
 	closed    atomic.Bool
+	pops      chan struct{} // a slot per waiter that pops its hand-off (pop.go)
+	popOff    atomic.Bool   // Redis refused a pop: waiters are woken by messages
 
 	mu      sync.Mutex
 	leases  map[*Lease]struct{} // every live lease, for Close
@@ -113,6 +115,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		leases:  make(map[*Lease]struct{}),
 		byKey:   make(map[string]*Lease),
 		closers: make(map[Closer]struct{}),
+		pops:    make(chan struct{}, PopSlots),
 		Args: Args{
 			WatchdogMs:   ms(cfg.Watchdog),
 			QueueTTLMs:   ms(4 * cfg.Recheck),

@@ -181,19 +181,24 @@ func (hd *Handle) occupy(h *Lease) {
 
 // vacate removes a finished lease and frees the gate it took.
 func (hd *Handle) vacate(h *Lease) {
+	hd.remove(h)
+	h.mu.Lock()
+	keep := h.passing != nil
+	h.mu.Unlock()
+	if !keep {
+		hd.exit() // else a pass gives the gate on (pass.go)
+	}
+}
+
+// remove takes h out of the handle's unfinished leases.
+func (hd *Handle) remove(h *Lease) {
 	hd.mu.Lock()
+	defer hd.mu.Unlock()
 	for i, x := range hd.cur {
 		if x == h {
 			hd.cur = append(hd.cur[:i], hd.cur[i+1:]...)
-			break
+			return
 		}
-	}
-	hd.mu.Unlock()
-	h.mu.Lock()
-	passing := h.passing != nil
-	h.mu.Unlock()
-	if !passing {
-		hd.exit() // else the pass's reply gives the gate on (passOn)
 	}
 }
 

@@ -2,8 +2,12 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/renew"
 	"github.com/dlock-dev/dlock/internal/wire"
 )
 
@@ -17,17 +21,19 @@ import (
 //     its own. A FairMutex's pass asks Redis whether another process queues.
 //   - In memory: a holder with spare tokens (taken by the pass in Redis that
 //     made it, Passer.Spare) hands its Redis hold on as it is (the field,
-//     the TTL and its certainty, the renewal) with the next spare token, and
-//     nothing is sent. Tokens stay strictly increasing: every spare token
-//     was taken from the counter while the hold was this process's, so any
-//     later holder elsewhere gets a larger one.
+//     the TTL and its certainty, the renewal) with the next spare token,
+//     once Redis says the field is still there (one HEXISTS: the releaser's
+//     Unlock reports a loss, data lost or forced, as a release's reply would
+//     have). Tokens stay strictly increasing: every spare token was taken
+//     from the counter while the hold was this process's, so any later
+//     holder elsewhere gets a larger one.
 //
 // The kind bounds the passes in a row (Passer.MayPass), after which the
 // release goes through Redis' queue as any other.
 
 // releaseCall builds the release of count holds (all of them with all): a
 // pass when the kind makes them and another goroutine waits at the gate,
-// nil for a pass in memory (nothing to send; h.rel.baton is ready).
+// in Redis or (checkCall) in memory.
 func (h *Lease) releaseCall(count int, all bool) *wire.Call {
 	pp, ok := h.p.(Passer)
 	if !ok || !h.rel.final || all || count != 1 || h.e.closed.Load() {
@@ -45,8 +51,8 @@ func (h *Lease) releaseCall(count int, all bool) *wire.Call {
 	h.passing = w
 	h.mu.Unlock()
 	if b, ok := h.spareBaton(w); ok {
-		h.rel.baton = b
-		return nil
+		h.rel.check, h.rel.baton = true, b
+		return h.checkCall()
 	}
 	h.rel.pass, h.rel.baton = true, baton{sent: time.Now()}
 	return pp.Pass(h, w.next, w.ttl)
@@ -64,6 +70,38 @@ func (h *Lease) spareBaton(w *gateWaiter) (baton, bool) {
 		return baton{}, false
 	}
 	return baton{token: next, field: h.field, validUntil: h.validUntil, spare: [2]uint64{next + 1, top}}, true
+}
+
+// checkCall is the call a pass in memory sends before it hands the hold
+// on: HEXISTS of the hold's field, so that the releaser learns of a loss
+// (data lost, forced) as a release's reply would have told it, and the
+// next holder takes a hold Redis still had after the releaser's work.
+func (h *Lease) checkCall() *wire.Call {
+	return wire.NewCall(redis.NewIntCmd(context.Background(), "hexists", h.p.Key(), h.field), nil)
+}
+
+// checked reads checkCall's reply: a field found is a release (the baton
+// goes to the waiter); a missing one is a loss, whose reason a renewal
+// asks Redis for, and the waiter gets the gate alone.
+func (h *Lease) checked(ctx context.Context, cmd redis.Cmder) error {
+	n, err := cmd.(*redis.IntCmd).Result()
+	switch {
+	case err != nil:
+		h.rel.baton = baton{}
+		return h.conclude(Released{}, err)
+	case n == 1:
+		return h.conclude(Released{Found: true}, nil)
+	case n != 0:
+		h.rel.baton = baton{}
+		return h.conclude(Released{}, fmt.Errorf("dlock: unexpected HEXISTS reply %d", n))
+	}
+	h.rel.baton = baton{}
+	code, _, err := h.renewOnce(ctx, h.e.Cfg.Watchdog)
+	if err != nil || code == renew.Held {
+		code = CodeGone // gone a moment ago: whatever holds it now is not us
+	}
+	h.lose(lossError(h.name, GoneReason(code), nil))
+	return h.conclude(Released{Found: true}, nil)
 }
 
 // takeTokens fills b from a pass in Redis that took the tokens up to top:
@@ -96,14 +134,15 @@ func (h *Lease) passOn(b baton) {
 // lease from now on.
 func (a *acquisition) adopt(ctx context.Context, b baton) (bool, error) {
 	h := a.h
-	a.granted = true
 	h.field, h.spare = b.field, b.spare
-	if !h.adopted(b.token, b.validUntil) {
-		// Close has begun and already released what it knew of.
-		h.end(lossError(h.name, ErrClosed, nil), nil)
-		_ = h.Release(ctx, true)
-		return false, ErrClosed
+	if time.Until(b.validUntil) < a.ttl/3 {
+		// The check took long (a slow link): too little of the hold's
+		// certainty is left to hand on. One renewal confirms it first.
+		sent, err := a.confirmFirst(ctx)
+		if err != nil {
+			return false, err
+		}
+		return a.hold(ctx, func() bool { return h.granted(b.token, sent, a.lease) })
 	}
-	h.handle.occupy(h)
-	return true, nil
+	return a.hold(ctx, func() bool { return h.adopted(b.token, b.validUntil) })
 }

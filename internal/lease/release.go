@@ -75,6 +75,7 @@ type release struct {
 	renewing bool          // a final release of a lease that was being renewed
 	observe  func(Release) // the release's observers
 	pass     bool          // the release is a pass in Redis (Passer) to h.passing
+	check    bool          // the release is a pass in memory's check (checkCall)
 	baton    baton         // what the waiter h.passing gets with the gate
 }
 
@@ -82,7 +83,7 @@ type release struct {
 // before its reply.
 type releaseUndo Lease
 
-func (u *releaseUndo) Undo(_ context.Context, cmd redis.Cmder) { _ = (*Lease)(u).released(cmd) }
+func (u *releaseUndo) Undo(ctx context.Context, cmd redis.Cmder) { _ = (*Lease)(u).released(ctx, cmd) }
 
 // releaseTurn is release once the caller has the lease's turn, which it
 // gives back. The release is sent even when ctx is done; when ctx ends
@@ -110,9 +111,6 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 		h.rel.observe = ObserveRelease(e.Cfg.Observers, ctx, h.p.Kind(), h.name)
 	}
 	cl := h.releaseCall(count, all)
-	if cl == nil {
-		return h.released(nil) // passed in memory: nothing to send
-	}
 	cl.Undo = (*releaseUndo)(h)
 	if notify.Tracing && h.rel.final {
 		notify.Trace(e.Cfg.ClientID, notify.HopRelease)
@@ -120,7 +118,7 @@ func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
 	if left, err := e.Wire.Do(ctx, cl); left {
 		return &PendingRelease{Name: h.name, Cause: doneErr(ctx, err)}
 	}
-	err := h.released(cl.Cmd)
+	err := h.released(ctx, cl.Cmd)
 	cl.Free()
 	return err
 }
@@ -152,12 +150,12 @@ func (h *Lease) quiesce() {
 	}
 }
 
-// released does the bookkeeping of a release call whose reply is in (nil:
-// a pass in memory, which sent none), and gives the lease's turn back.
-func (h *Lease) released(cmd redis.Cmder) error {
+// released does the bookkeeping of a release call whose reply is in, and
+// gives the lease's turn back.
+func (h *Lease) released(ctx context.Context, cmd redis.Cmder) error {
 	switch {
-	case cmd == nil:
-		return h.conclude(Released{Found: true}, nil)
+	case h.rel.check:
+		return h.checked(ctx, cmd)
 	case !h.rel.pass:
 		r, err := h.p.ReleaseReply(cmd)
 		return h.conclude(r, err)

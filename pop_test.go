@@ -1,0 +1,109 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A waiter of another Client pops its hand-off from its box: the release
+// puts the grant there, the waiter sends no attempt, its hold starts with
+// the claim window as TTL and is renewed to the full TTL at half of it.
+func TestHandoffPopped(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pop30:handoff"
+	a, b := newClient(t, r).Mutex(name), newClient(t, r).Mutex(name)
+	actx, err := a.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan context.Context, 1)
+	go func() {
+		bctx, err := b.LockContext(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- bctx
+	}()
+	waitFor(t, "the waiter's pop", func() bool { return commands(t, r)["blpop"] >= 1 })
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	bctx := <-got
+	if bctx == nil {
+		t.FailNow()
+	}
+	s := commands(t, r)
+	if s["evalsha"] != 1 || s["rpush"] != 1 || s["publish"] != 0 {
+		t.Errorf("the hand-off ran %v, want the release alone (1 script) putting the grant in the box", s)
+	}
+	if TokenFrom(bctx) <= TokenFrom(actx) {
+		t.Errorf("the popped token %d is not above %d", TokenFrom(bctx), TokenFrom(actx))
+	}
+	if ttl := rdb.PTTL(ctx, name).Val(); ttl > 2*time.Second {
+		t.Errorf("the popped hold's TTL is %v, want the claim window (2s) until its first renewal", ttl)
+	}
+	// Renewed to the watchdog's TTL at half the claim window.
+	waitFor(t, "the popped hold renewed", func() bool { return rdb.PTTL(ctx, name).Val() > 20*time.Second })
+	if bctx.Err() != nil {
+		t.Fatalf("the popped hold ended: %v", context.Cause(bctx))
+	}
+	if err := b.Unlock(bctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Error("the lock outlived its Unlock")
+	}
+}
+
+// Where BLPOP is refused (an ACL without it), the waiter that queued to pop
+// still gets the lock, by its re-check, and the Client's later waiters are
+// woken by messages instead.
+func TestHandoffPopRefused(t *testing.T) {
+	r := testenvRedis(t)
+	mustDo(t, r, "ACL", "SETUSER", "nopop", "on", ">pw", "~*", "&*", "+@all", "-blpop")
+	ctx := ctxT(t)
+	const name = "pop30:refused"
+	a := newClient(t, r).Mutex(name)
+	limited := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "nopop", Password: "pw"})
+	t.Cleanup(func() { _ = limited.Close() })
+	c := newClientOn(t, limited)
+	for round := range 2 {
+		actx, err := a.LockContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			err := c.Mutex(name).Lock(wctx)
+			if err == nil {
+				err = c.Mutex(name).Unlock(wctx)
+			}
+			got <- err
+		}()
+		waitFor(t, "the waiter queued", func() bool {
+			return r.NewClient(t).LLen(ctx, c.Mutex(name).p.Keys().Queue).Val() == 1
+		})
+		if err := r.ResetStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Unlock(actx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the waiter: %v", round, err)
+		}
+		if s := commands(t, r); round == 1 && (s["rpush"] != 0 || s["publish"] == 0) {
+			t.Errorf("round 2: the hand-off ran %v, want a message (the Client no longer pops)", s)
+		}
+	}
+}
