@@ -232,6 +232,8 @@ func breakdown(grants []traceGrant, traces []*clientTrace) (string, error) {
 	}
 	hops := make([][]float64, len(names))
 	var gaps []float64
+	popped := make([][]float64, len(popNames))
+	var popGaps []float64
 	skipped := 0
 	for n := 1; n < len(grants); n++ {
 		prev, g := grants[n-1], grants[n]
@@ -239,6 +241,13 @@ func breakdown(grants []traceGrant, traces []*clientTrace) (string, error) {
 		t0, t9 := prev.released, g.granted
 		if !t0.Before(t9) || prev.client == g.client {
 			skipped++
+			continue
+		}
+		if pop := popHops(rel, rcv, t0, t9); pop != nil {
+			for i := range popNames {
+				popped[i] = append(popped[i], float64(pop[i+1].Sub(pop[i]).Nanoseconds())/1e3)
+			}
+			popGaps = append(popGaps, float64(t9.Sub(t0).Nanoseconds())/1e3)
 			continue
 		}
 		ts := []time.Time{t0}
@@ -264,17 +273,51 @@ func breakdown(grants []traceGrant, traces []*clientTrace) (string, error) {
 		}
 		gaps = append(gaps, float64(t9.Sub(t0).Nanoseconds())/1e3)
 	}
-	if len(gaps) == 0 {
+	if len(gaps)+len(popGaps) == 0 {
 		return "", fmt.Errorf("no hand-off passed every hop (%d left out)", skipped)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| step | p50 µs | p90 µs |\n|---|---|---|\n")
-	for i, name := range names {
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", name, q(hops[i], 0.5), q(hops[i], 0.9))
+	table := func(title string, names []string, hops [][]float64, gaps []float64) {
+		if len(gaps) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "%s, %d hand-offs:\n\n| step | p50 µs | p90 µs |\n|---|---|---|\n", title, len(gaps))
+		for i, name := range names {
+			fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", name, q(hops[i], 0.5), q(hops[i], 0.9))
+		}
+		fmt.Fprintf(&b, "| **gap (Unlock called → Lock returns)** | **%.1f** | **%.1f** |\n\n", q(gaps, 0.5), q(gaps, 0.9))
 	}
-	fmt.Fprintf(&b, "| **gap (Unlock called → Lock returns)** | **%.1f** | **%.1f** |\n", q(gaps, 0.5), q(gaps, 0.9))
-	fmt.Fprintf(&b, "\n%d hand-offs traced, %d left out (woken otherwise, or the same Client twice)\n", len(gaps), skipped)
+	table("Popped (the waiter's BLPOP has the grant)", popNames, popped, popGaps)
+	table("Woken by a message, then claimed", names, hops, gaps)
+	fmt.Fprintf(&b, "%d hand-offs left out (woken otherwise, or the same Client twice)\n", skipped)
 	return b.String(), nil
+}
+
+var popNames = []string{
+	"Unlock called → release sent",
+	"release sent → its write() returns",
+	"write() → the waiter's pop reply read from the socket",
+	"reply read → the pop's goroutine has it",
+	"→ waiter goroutine running",
+	"waiter running → Lock returns",
+}
+
+// popHops follows a hand-off that the waiter popped: nil when it was not.
+func popHops(rel, rcv *clientTrace, t0, t9 time.Time) []time.Time {
+	ts := []time.Time{t0}
+	ts = append(ts, rel.first(notify.HopRelease, t0, t9))
+	ts = append(ts, rel.first(evWrite, ts[1], t9))
+	popped := rcv.last(notify.HopPopped, ts[2], t9)
+	ts = append(ts, rcv.last(evRead, ts[2], popped))
+	ts = append(ts, popped)
+	ts = append(ts, rcv.first(notify.HopWake, ts[4], t9))
+	ts = append(ts, t9)
+	for i := 1; i < len(ts); i++ {
+		if ts[i].IsZero() || ts[i].Before(ts[i-1]) {
+			return nil
+		}
+	}
+	return ts
 }
 
 // q is v's q-quantile (nearest rank below).

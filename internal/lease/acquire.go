@@ -192,6 +192,9 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			}
 			a.q.Handoff = ev.Handoff
 		case p := <-a.popC():
+			if notify.Tracing && p.err == nil {
+				notify.Trace(a.h.e.Cfg.ClientID, notify.HopWake)
+			}
 			if token, claim, ok := a.popAnswered(p); ok {
 				return a.grantPopped(ctx, token, claim)
 			}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/notify"
 )
 
 // A waiter of a Popper's lock may take its hand-off without a claim round
@@ -105,6 +107,9 @@ func (a *acquisition) popNext() {
 	e.Detach(func(ctx context.Context) {
 		sent := time.Now()
 		vals, err := e.rdb.BLPop(ctx, popWait, p.box).Result()
+		if notify.Tracing && err == nil {
+			notify.Trace(e.Cfg.ClientID, notify.HopPopped)
+		}
 		p.out <- popped{sent: sent, vals: vals, err: err}
 	})
 }

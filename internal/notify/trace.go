@@ -15,4 +15,7 @@ const (
 	HopWake               // the woken waiter's goroutine runs
 	HopClaim              // the waiter's claiming attempt is about to go to the wire
 	HopReply              // the claim's reply is decoded
+	// A waiter that pops its hand-off (lease/pop.go) passes HopRelease,
+	// HopPopped and HopWake instead.
+	HopPopped // the waiter's blocking pop has its reply
 )
