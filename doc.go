@@ -172,8 +172,9 @@
 // Redis's data is the only source of truth. A pub/sub message wakes a
 // waiter, and at most one of its attempts follows; no message makes anyone a
 // holder, ends a hold, or tells an observer who leads. A Mutex or FairMutex
-// waiter (up to 8 per Client, with a watchdog lease) learns of a hand-off
-// as the reply to its own blocking pop (BLPOP, on a pool connection, of
+// waiter with a watchdog lease (up to a quarter of the go-redis client's
+// pool, and 8, per Client) learns of a hand-off as the reply to its own
+// blocking pop (BLPOP, on a connection of that pool, of
 // dlock:queue:{name}:g:<owner>), which the release that hands it the lock
 // fills in the same script: a key, which only a client that may write
 // dlock's keys can write, so the reply is the grant and no claim round trip

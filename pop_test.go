@@ -107,3 +107,41 @@ func TestHandoffPopRefused(t *testing.T) {
 		}
 	}
 }
+
+// Pops take connections of the go-redis client the Client was given, at
+// most a quarter of its pool: a waiter on a pool of 3 is woken by a message
+// and claims, leaving the pool to the application.
+func TestHandoffPopLeavesSmallPoolsAlone(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	const name = "pop30:small-pool"
+	a := newClient(t, r).Mutex(name)
+	small := redis.NewClient(&redis.Options{Addr: r.Addr(), PoolSize: 3})
+	t.Cleanup(func() { _ = small.Close() })
+	b := newClientOn(t, small).Mutex(name)
+	actx, err := a.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		err := b.Lock(ctx)
+		if err == nil {
+			err = b.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter queued", func() bool { return r.NewClient(t).LLen(ctx, b.p.Keys().Queue).Val() == 1 })
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if s := commands(t, r); s["blpop"] != 0 || s["publish"] == 0 {
+		t.Errorf("the hand-off ran %v, want a message and no pop", s)
+	}
+}

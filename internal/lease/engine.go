@@ -115,7 +115,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		leases:  make(map[*Lease]struct{}),
 		byKey:   make(map[string]*Lease),
 		closers: make(map[Closer]struct{}),
-		pops:    make(chan struct{}, PopSlots),
+		pops:    make(chan struct{}, popSlots(rdb)),
 		Args: Args{
 			WatchdogMs:   ms(cfg.Watchdog),
 			QueueTTLMs:   ms(4 * cfg.Recheck),

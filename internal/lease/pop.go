@@ -39,9 +39,28 @@ const (
 	// seconds, and gives the read that long plus its margin.
 	popWait = time.Second
 	// PopSlots bounds the pops a Client keeps in flight, each on a pool
-	// connection of its own; waiters beyond it are woken by messages.
+	// connection of the go-redis client it was given; waiters beyond it
+	// are woken by messages. It is lower when that pool is small
+	// (popSlots).
 	PopSlots = 8
 )
+
+// popSlots is how many pops may hold connections of rdb's pool at once: a
+// quarter of the pool (of each node's, for a Cluster) and at most PopSlots,
+// so that waiting never takes the pool from the application that shares it.
+// 0 (a pool of fewer than 4) turns popping off.
+func popSlots(rdb redis.UniversalClient) int {
+	size := 0
+	switch c := rdb.(type) {
+	case *redis.Client:
+		size = c.Options().PoolSize
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		size = c.Options().PoolSize
+	}
+	return min(PopSlots, size/4)
+}
 
 // Popper is a Protocol whose waiters may pop their hand-off.
 type Popper interface {
