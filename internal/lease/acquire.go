@@ -345,6 +345,8 @@ func (a *acquisition) confirmFirst(ctx context.Context) (time.Time, error) {
 		if h.e.closed.Load() {
 			err = ErrClosed
 		}
+		// Nobody holds: Acquire finishes the lease, which frees the gate.
+		a.granted = false
 	}
 	return sent, err
 }

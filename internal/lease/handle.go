@@ -161,7 +161,19 @@ func (hd *Handle) dropLost() {
 	}
 	hd.mu.Unlock()
 	for _, h := range lost[:n] {
-		h.finish()
+		// Not while a release of it is in flight (it may be passing the
+		// gate on, pass.go) or a recheck: after it, in the background.
+		if h.tryTurn() {
+			h.finish()
+			h.endTurn()
+			continue
+		}
+		h.e.Detach(func(ctx context.Context) {
+			if h.turn(ctx) == nil {
+				h.finish()
+				h.endTurn()
+			}
+		})
 	}
 }
 

@@ -120,10 +120,24 @@ func (a *acquisition) queued(sent time.Time) {
 // popNext sends the next pop, on a goroutine of its own (go-redis cannot
 // give up a blocking read when ctx ends; its own deadline, popWait and its
 // margin, bounds it).
-func (a *acquisition) popNext() {
+func (a *acquisition) popNext() { a.popAfter(0) }
+
+// popRetry is how long a pop that got no answer waits before the next.
+const popRetry = 100 * time.Millisecond
+
+// popAfter is popNext after a pause of d.
+func (a *acquisition) popAfter(d time.Duration) {
 	p, e := a.pop, a.h.e
 	p.inflight = true
 	e.Detach(func(ctx context.Context) {
+		if d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 		sent := time.Now()
 		vals, err := e.rdb.BLPop(ctx, popWait, p.box).Result()
 		if notify.Tracing && err == nil {
@@ -151,14 +165,17 @@ func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, 
 		p.since = r.sent // empty until after it was sent
 		a.popNext()
 		return 0, 0, false
+	case r.err != nil && isRedisError(r.err):
+		// BLPOP refused (an ACL without @blocking, a renamed command):
+		// later waiters are woken by messages. This one finds a hand-off
+		// by its next re-check.
+		e.popOff.Store(true)
+		e.Cfg.Logger.Warn("dlock: waiters cannot pop their hand-offs; they wait for messages", "err", r.err)
+		return 0, 0, false
 	case r.err != nil:
-		if isRedisError(r.err) {
-			// BLPOP refused (an ACL without @blocking, a renamed
-			// command): later waiters are woken by messages. This one
-			// finds a hand-off by its next re-check.
-			e.popOff.Store(true)
-			e.Cfg.Logger.Warn("dlock: waiters cannot pop their hand-offs; they wait for messages", "err", r.err)
-		}
+		// No answer (a timeout, a dropped connection): the entry still
+		// asks for its grant in the box, so pop again, a little later.
+		a.popAfter(popRetry)
 		return 0, 0, false
 	}
 	token, claim, err := parseGrant(r.vals)
