@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // A waiter of another Client pops its hand-off from its box: the release
@@ -144,4 +146,32 @@ func TestHandoffPopLeavesSmallPoolsAlone(t *testing.T) {
 	if s := commands(t, r); s["blpop"] != 0 || s["publish"] == 0 {
 		t.Errorf("the hand-off ran %v, want a message and no pop", s)
 	}
+}
+
+// ForceUnlock takes an unpopped hand-off with the lock: a grant waiting in
+// an evicted owner's box would otherwise still read as the lock's.
+func TestForceUnlockDeletesUnpoppedGrant(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pop30:forced"
+	m := newClient(t, r).Mutex(name)
+	hctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the release that handed the lock to this owner would have left
+	// it, had its waiter not popped it yet.
+	box := keys.GrantBox(m.p.Keys().Queue, holderField(m))
+	if err := rdb.RPush(ctx, box, "7 2000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, box, time.Minute)
+	if ok, err := newClient(t, r).Mutex(name).ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock: %v, %v", ok, err)
+	}
+	if n := rdb.Exists(ctx, box).Val(); n != 0 {
+		t.Error("the evicted owner's unpopped grant outlived ForceUnlock")
+	}
+	_ = m.Unlock(hctx)
 }

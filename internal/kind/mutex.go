@@ -121,9 +121,13 @@ func (p *Mutex) Release(l *lease.Lease, count int, all bool) *wire.Call {
 	return scriptRelease.IntCall(l.Buf(), p.keys[:], l.FieldArg(), count, a.ClaimMs, a.FenceTTLMs, l.Token())
 }
 
-// ReleaseReply implements lease.Protocol: release.lua answers one integer.
+// ReleaseReply implements lease.Protocol: release.lua answers one integer,
+// decoded as PassReply does; a pass's answer to a release is an error.
 func (p *Mutex) ReleaseReply(cmd redis.Cmder) (lease.Released, error) {
-	r, _, err := p.PassReply(cmd)
+	r, token, err := p.PassReply(cmd)
+	if err == nil && token != 0 {
+		return lease.Released{}, fmt.Errorf("dlock: a release answered as a pass (token %d)", token)
+	}
 	return r, err
 }
 

@@ -321,7 +321,6 @@ func (a *acquisition) giveUp() {
 // grant turns a granted attempt into a lease of the handle.
 func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (bool, error) {
 	h := a.h
-	a.granted = true
 	if time.Since(sent) > a.ttl/3 {
 		// The grant took long to arrive (a cold connection, a slow link):
 		// too little of its TTL is left to vouch for it. One renewal
@@ -335,25 +334,24 @@ func (a *acquisition) grant(ctx context.Context, token uint64, sent time.Time) (
 }
 
 // confirmFirst renews a grant before anyone relies on it (confirm); when
-// that fails, the grant is undone in the background.
+// that fails, the grant is undone in the background, and, as nobody holds,
+// Acquire finishes the lease, which frees the gate.
 func (a *acquisition) confirmFirst(ctx context.Context) (time.Time, error) {
 	h := a.h
-	a.granted = true
 	sent, err := h.confirm(ctx, a.ttl)
 	if err != nil {
 		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, Queueing{}, true) })
 		if h.e.closed.Load() {
 			err = ErrClosed
 		}
-		// Nobody holds: Acquire finishes the lease, which frees the gate.
-		a.granted = false
 	}
 	return sent, err
 }
 
 // hold finishes a grant: begin starts the lease's bookkeeping (false once
 // Close has begun), then the lease occupies the handle and, when asked
-// for, is confirmed on the replicas.
+// for, is confirmed on the replicas. From here on the lease's own release
+// frees the gate, whatever happens (granted).
 func (a *acquisition) hold(ctx context.Context, begin func() bool) (bool, error) {
 	h := a.h
 	a.granted = true

@@ -113,6 +113,8 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Dur
 		return baton{}, true, nil
 	case try:
 		return baton{}, hd.gate.tryEnter(), nil
+	case hd.gate.tryEnter():
+		return baton{}, true, nil // a free gate costs no waiter: nothing is allocated
 	}
 	w := &gateWaiter{}
 	if _, ok := hd.p.(Passer); ok {
