@@ -45,6 +45,15 @@ func TestOneMessageWakesOneScout(t *testing.T) {
 				}
 			}
 			ch := map[string]string{"latch": "latch", "readers": "rw"}[tc.mode]
+			// Join waits for the client channel only: a message on the
+			// lock's channel before its SUBSCRIBE is confirmed reaches
+			// nobody (failed about 1 run in 30).
+			for deadline := time.Now().Add(10 * time.Second); rdb.PubSubNumSub(ctx, ch).Val()[ch] == 0; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s never subscribed", ch)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			publish := func(payload string) []*Waiter {
 				t.Helper()
 				rdb.Publish(ctx, ch, payload)
