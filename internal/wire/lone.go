@@ -12,11 +12,15 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// lone sends a call on its caller's own goroutine when no other call of the
-// Client is in flight: a lone caller then pays one round trip per call and
-// no goroutine hand-off (two scheduler wake-ups per call, about a tenth of
-// an uncontended Lock+Unlock pair on two cores). Calls that find another in
-// flight go through the batcher, which keeps batches as deep as before.
+// lone sends a call on its caller's own goroutine when fewer than Lones
+// other calls of the Client are in flight: such a caller then pays one round
+// trip per call and no goroutine hand-off (two scheduler wake-ups per call,
+// about a tenth of an uncontended Lock+Unlock pair on two cores). Calls that
+// find Lones or more in flight go through the batcher, whose pipelines are
+// what many callers need to keep Redis' cost per call low.
+//
+// Each lone connection serves one call at a time; a caller takes the first
+// that is ready and free.
 //
 // The call goes out on a connection of the Wire's own, dialed from the
 // go-redis client's options, because ctx is law: to return when its ctx
@@ -62,13 +66,29 @@ type lone struct {
 	stopped atomic.Bool
 }
 
-// newLone returns the lone connection's state for rdb, or nil when rdb is
+// Lones is how many callers of one Client send their calls themselves at
+// most, each on a connection of its own. A few concurrent callers then pay
+// no wake-ups (four goroutines through the batcher made two batches of two
+// and two wake-ups per call: 0.67x the pairs per second of a go-redis pool);
+// beyond them, the batcher's pipelines cost Redis less per call.
+const Lones = 4
+
+// newLones returns the lone connections' state for rdb, or nil when rdb is
 // not a plain *redis.Client.
-func newLone(rdb redis.UniversalClient) *lone {
+func newLones(rdb redis.UniversalClient) []*lone {
 	c, ok := rdb.(*redis.Client)
 	if !ok || c.Options().Addr == "FailoverClient" {
 		return nil
 	}
+	ls := make([]*lone, Lones)
+	for i := range ls {
+		ls[i] = newLone(c)
+	}
+	return ls
+}
+
+// newLone returns one lone connection's state, dialed as c dials.
+func newLone(c *redis.Client) *lone {
 	l := &lone{}
 	opt := *c.Options()
 	dial := opt.Dialer
@@ -102,25 +122,44 @@ func newLone(rdb redis.UniversalClient) *lone {
 	return l
 }
 
-// tryLone sends cl on the caller's goroutine if the connection is ready
-// and no other call is in flight, and reports false, having done nothing,
-// otherwise. When it reports true the call is done with: answered on the
-// connection, or resent through the batcher and waited for as any call.
+// tryLone sends cl on the caller's goroutine if a lone connection is ready
+// and free and fewer than Lones other calls are in flight, and reports
+// false, having done nothing, otherwise. When it reports true the call is
+// done with: answered on the connection, or resent through the batcher and
+// waited for as any call.
 func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error) {
-	l := w.lone
-	if !l.ready.Load() {
-		w.redial()
+	if ctx.Err() != nil {
 		return false, false, nil
 	}
-	if ctx.Err() != nil || !l.mu.TryLock() {
-		return false, false, nil
+	for _, l := range w.lones {
+		if !l.ready.Load() {
+			// Dialed only once the callers found the ones before it
+			// busy: a Client of one caller at a time keeps one.
+			w.redial(l)
+			return false, false, nil
+		}
+		if !l.mu.TryLock() {
+			continue
+		}
+		// ready was read without mu: a call that failed since may have
+		// dropped the connection.
+		if l.conn == nil {
+			l.mu.Unlock()
+			continue
+		}
+		if !w.batch.reserve(Lones) {
+			l.mu.Unlock()
+			return false, false, nil
+		}
+		left, err = w.sendLone(ctx, l, cl)
+		return true, left, err
 	}
-	// ready was read without mu: a call that failed since may have dropped
-	// the connection.
-	if l.conn == nil || !w.batch.alone() {
-		l.mu.Unlock()
-		return false, false, nil
-	}
+	return false, false, nil
+}
+
+// sendLone sends cl on l, whose mu the caller holds and which it unlocks,
+// and counted by reserve.
+func (w *Wire) sendLone(ctx context.Context, l *lone, cl *Call) (left bool, err error) {
 	cl.state.Store(sent)
 	l.watch(ctx)
 	_ = l.conn.Process(ctx, cl.Cmd)
@@ -144,12 +183,12 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	}
 	l.mu.Unlock()
 	if dropped {
-		w.redial()
+		w.redial(l)
 	}
 	if replied {
 		cl.state.Store(answered)
 		w.batch.delivered(1)
-		return true, false, nil
+		return false, nil
 	}
 	// It may have run, so it must not be dropped.
 	cl.Droppable = false
@@ -159,13 +198,12 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 	cl.Cmd.SetErr(nil)
 	expectReply(cl.Cmd)
 	w.batch.enqueue(cl, 0)
-	left, err = w.wait(ctx, cl)
-	return true, left, err
+	return w.wait(ctx, cl)
 }
 
 // LoneReady reports whether a caller that finds no other call in flight
 // sends its call itself now.
-func (w *Wire) LoneReady() bool { return w.lone != nil && w.lone.ready.Load() }
+func (w *Wire) LoneReady() bool { return w.lones != nil && w.lones[0].ready.Load() }
 
 // isReply reports whether err is a reply of Redis (or none): the call ran
 // and its reply is in.
@@ -238,8 +276,7 @@ func (l *lone) interrupt(done <-chan struct{}) {
 // redial makes the connection ready in the background: a PING, bounded by
 // the cleanup timeout, dials it if it must. One at a time, at most one a
 // second: a Redis that refuses costs a lone caller nothing.
-func (w *Wire) redial() {
-	l := w.lone
+func (w *Wire) redial(l *lone) {
 	if l.stopped.Load() {
 		return
 	}

@@ -53,7 +53,7 @@ func TestLoneConnectionDroppedAfterReady(t *testing.T) {
 	}
 	// The state the failed call leaves, as the late caller sees it: the
 	// connection dropped, ready not yet cleared, a redial just started.
-	l := w.lone
+	l := w.lones[0]
 	l.mu.Lock()
 	_ = l.conn.Close()
 	l.conn = nil

@@ -34,7 +34,7 @@ func TestScriptSHAFromRedis(t *testing.T) {
 			defer w.Stop()
 			if tc.own {
 				for !w.LoneReady() {
-					w.redial()
+					w.redial(w.lones[0])
 					time.Sleep(10 * time.Millisecond)
 				}
 			}

@@ -34,7 +34,7 @@ type Wire struct {
 	cleanup time.Duration
 	variant Variant // the scripts' variant this Wire runs (SetVariant)
 	batch   batcher
-	lone    *lone // nil: every call goes through the batcher
+	lones   []*lone // nil: every call goes through the batcher
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
 }
@@ -45,7 +45,7 @@ type Wire struct {
 func New(rdb redis.UniversalClient, cleanup time.Duration, own bool) *Wire {
 	w := &Wire{rdb: rdb, cleanup: cleanup}
 	if own {
-		w.lone = newLone(rdb)
+		w.lones = newLones(rdb)
 	}
 	w.batch.start(w)
 	return w
@@ -138,7 +138,7 @@ func (w *Wire) Do(ctx context.Context, cl *Call) (left bool, err error) {
 		cl.Script = cl.Script.For(w.variant)
 		cl.Cmd.Args()[1] = cl.Script.sha
 	}
-	if w.lone != nil {
+	if w.lones != nil {
 		if ok, left, err := w.tryLone(ctx, cl); ok {
 			return left, err
 		}
@@ -253,11 +253,11 @@ func (w *Wire) Drain() <-chan struct{} { return w.batch.drain() }
 // outlives Close's budget still reaches Redis.
 func (w *Wire) Stop() {
 	w.batch.stop()
-	if w.lone != nil {
+	for _, l := range w.lones {
 		// An inline call on it fails and is resent on a goroutine of its
 		// own, as every call after Stop is.
-		_ = w.lone.rdb.Close()
-		w.lone.forget()
+		_ = l.rdb.Close()
+		l.forget()
 	}
 }
 
@@ -297,12 +297,12 @@ func (b *batcher) start(w *Wire) {
 
 func (b *batcher) submit(cl *Call) { b.enqueue(cl, 1) }
 
-// alone reports whether no call is pending, and if so counts one that the
-// caller sends itself (delivered when done, or enqueue).
-func (b *batcher) alone() bool {
+// reserve reports whether fewer than k calls are pending, and if so counts
+// one that the caller sends itself (delivered when done, or enqueue).
+func (b *batcher) reserve(k int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pending > 0 || b.stopped {
+	if b.pending >= k || b.stopped {
 		return false
 	}
 	b.pending++
@@ -310,7 +310,7 @@ func (b *batcher) alone() bool {
 }
 
 // enqueue queues a call, adding n to the calls pending (0 for one already
-// counted by alone).
+// counted by reserve).
 func (b *batcher) enqueue(cl *Call, n int) {
 	b.mu.Lock()
 	b.pending += n
