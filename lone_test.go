@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
+	"github.com/dlock-dev/dlock/internal/wire"
 )
 
 // callCounter counts the scripts a go-redis client sends, alone or in
@@ -92,17 +93,11 @@ func TestLoneCallerSendsItsOwnCall(t *testing.T) {
 	seen.piped.Store(0)
 	seen.pipelines.Store(0)
 	const g, k = 16, 50
-	var wg sync.WaitGroup
-	for i := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := lockUnlock(ctx, c, fmt.Sprintf("lone:par:%d", i), k); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	concurrently(g, func(i int) {
+		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:par:%d", i), k); err != nil {
+			t.Error(err)
+		}
+	})
 	through := seen.alone.Load() + seen.piped.Load()
 	if through < g*k*2/2 {
 		t.Errorf("%d concurrent callers: only %d of %d calls went through the batcher", g, through, g*k*2)
@@ -353,4 +348,101 @@ func TestLoneConnectionLost(t *testing.T) {
 	if err := lockUnlock(ctx, c, "lone:lost", 2); err != nil {
 		t.Fatalf("after SCRIPT FLUSH: %v", err)
 	}
+}
+
+// concurrently runs f on g goroutines and waits for them.
+func concurrently(g int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// warmLones makes calls from wire.Lones goroutines at once until every lone
+// connection of c is ready (each is dialed only once the callers found the
+// ones before it busy).
+func warmLones(t *testing.T, ctx context.Context, c *Client) {
+	t.Helper()
+	waitFor(t, "every lone connection", func() bool {
+		concurrently(wire.Lones, func(i int) { _ = lockUnlock(ctx, c, fmt.Sprintf("lone:warm:%d", i), 5) })
+		return c.wire().LonesReady() == wire.Lones
+	})
+}
+
+// A few concurrent callers (4, the scaling table's G=4, where batching two
+// by two cost a third of the pairs per second) each send their calls
+// themselves on a lone connection of their own: the go-redis client sees
+// none of them, and no call waits for a batch worker. Many more callers, and
+// calls go through the batcher again.
+func TestFewCallersSendTheirOwn(t *testing.T) {
+	const few = 4
+	rdb := rdbFor(t, shared)
+	var seen callCounter
+	rdb.AddHook(&seen)
+	c := newClientOn(t, rdb)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	warmLones(t, ctx, c)
+	seen.alone.Store(0)
+	seen.piped.Store(0)
+	const k = 100
+	concurrently(few, func(i int) {
+		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:few:%d", i), k); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := seen.alone.Load() + seen.piped.Load(); n != 0 {
+		t.Errorf("%d concurrent callers, %d calls: %d went through the go-redis client, want 0", few, few*k*2, n)
+	}
+	concurrently(4*few, func(i int) {
+		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:many:%d", i), k); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := seen.piped.Load(); n == 0 {
+		t.Errorf("%d concurrent callers: no call was pipelined, want the batcher beyond %d", 4*few, wire.Lones)
+	}
+}
+
+// ctx is law on every lone connection: wire.Lones callers, each on a lone
+// connection of its own when Redis goes silent, all return once their ctx
+// ends, and each acquisition that Redis ran is undone once it answers again.
+func TestFewLoneCallersCtxIsLaw(t *testing.T) {
+	b := startBlackhole(t, shared.Addr())
+	c := clientVia(t, b)
+	rdb := rdbFor(t, shared)
+	ctx := ctxT(t)
+	warmLones(t, ctx, c)
+	const budget = 100 * time.Millisecond
+	b.CutReplies()
+	concurrently(wire.Lones, func(i int) {
+		cctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
+		start := time.Now()
+		err := c.Mutex(fmt.Sprintf("lone:law:few:%d", i)).Lock(cctx)
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock on a silent Redis: %v, want the ctx's error", err)
+		}
+		if took > budget+900*time.Millisecond {
+			t.Errorf("Lock returned %v after its ctx's %v", took, budget)
+		}
+	})
+	b.Heal()
+	for i := range wire.Lones {
+		name := fmt.Sprintf("lone:law:few:%d", i)
+		waitFor(t, "the abandoned acquisition undone", func() bool {
+			return rdb.Exists(ctx, name).Val() == 0
+		})
+	}
+	concurrently(wire.Lones, func(i int) {
+		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:law:few:%d", i), 2); err != nil {
+			t.Errorf("after healing: %v", err)
+		}
+	})
 }

@@ -205,6 +205,18 @@ func (w *Wire) sendLone(ctx context.Context, l *lone, cl *Call) (left bool, err 
 // sends its call itself now.
 func (w *Wire) LoneReady() bool { return w.lones != nil && w.lones[0].ready.Load() }
 
+// LonesReady reports how many lone connections are ready: as many callers
+// as that send their calls themselves at once.
+func (w *Wire) LonesReady() int {
+	n := 0
+	for _, l := range w.lones {
+		if l.ready.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // isReply reports whether err is a reply of Redis (or none): the call ran
 // and its reply is in.
 func isReply(err error) bool {

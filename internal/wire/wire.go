@@ -2,8 +2,8 @@
 // three things and knows nothing of locks:
 //
 //   - batching: the calls of many goroutines that wait at the same moment go
-//     out as one pipelined round trip, and a call that finds no other in
-//     flight goes out on its caller's goroutine (lone.go);
+//     out as one pipelined round trip, and a call that finds fewer than
+//     Lones others in flight goes out on its caller's goroutine (lone.go);
 //   - ctx is law: a caller waits for its call's reply or its ctx, whichever
 //     comes first, and what the call may have done is undone in the
 //     background, bounded by the cleanup timeout, by the Undo
