@@ -279,6 +279,13 @@ type batcher struct {
 	// Undo has not returned; drained is closed when it drops
 	// to zero while someone waits for that (Close).
 	pending int
+	// load is the mean of pending as calls arrive (an EWMA over about
+	// eight calls, times loadUnit): how many callers are active. It keeps
+	// lone sends to few callers: with many, a lull in pending as a batch's
+	// replies go out would send a few alone and make the batches shallower,
+	// which costs Redis more per call (sixteen goroutines: about 7% fewer
+	// pairs per second).
+	load int
 	drained chan struct{}
 }
 
@@ -297,12 +304,23 @@ func (b *batcher) start(w *Wire) {
 
 func (b *batcher) submit(cl *Call) { b.enqueue(cl, 1) }
 
-// reserve reports whether fewer than k calls are pending, and if so counts
-// one that the caller sends itself (delivered when done, or enqueue).
+// loadUnit is load's fixed-point unit.
+const loadUnit = 16
+
+// arrive updates load for a call that finds pending calls in flight.
+// Called with mu held.
+func (b *batcher) arrive() {
+	b.load += (b.pending*loadUnit - b.load) / 8
+}
+
+// reserve reports whether fewer than k calls are pending, and have been on
+// average as calls arrived, and if so counts one that the caller sends
+// itself (delivered when done, or enqueue).
 func (b *batcher) reserve(k int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pending >= k || b.stopped {
+	b.arrive()
+	if b.pending >= k || b.load >= k*loadUnit || b.stopped {
 		return false
 	}
 	b.pending++
@@ -313,6 +331,9 @@ func (b *batcher) reserve(k int) bool {
 // counted by reserve).
 func (b *batcher) enqueue(cl *Call, n int) {
 	b.mu.Lock()
+	if n > 0 {
+		b.arrive()
+	}
 	b.pending += n
 	if b.stopped {
 		b.mu.Unlock()
