@@ -24,10 +24,10 @@ type Client struct {
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
 // failover client or a *redis.ClusterClient). It makes no network call; rdb
 // stays owned by the caller and is not closed by Close. Over a plain
-// *redis.Client, a call made while fewer than four others are in flight
-// goes out on one of up to four connections of the Client's own, dialed
-// from rdb's options as they are first needed and unseen by its hooks
-// (WithOwnConnection).
+// *redis.Client, a call made while few callers are active (fewer than four
+// calls in flight, and lately) goes out on one of up to four connections of
+// the Client's own, dialed from rdb's options as they are first needed and
+// unseen by its hooks (WithOwnConnection).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)

@@ -64,7 +64,7 @@ func lockUnlock(ctx context.Context, c *Client, name string, n int) error {
 
 // A caller that finds no other call of its Client in flight sends its call
 // itself, on the Client's own connection: the go-redis client it was given
-// sees none of them. Concurrent callers still share the batch workers'
+// sees none of them. Many concurrent callers share the batch workers'
 // pipelined round trips.
 func TestLoneCallerSendsItsOwnCall(t *testing.T) {
 	rdb := rdbFor(t, shared)
@@ -433,6 +433,11 @@ func TestFewLoneCallersCtxIsLaw(t *testing.T) {
 			t.Errorf("Lock returned %v after its ctx's %v", took, budget)
 		}
 	})
+	// Each cut connection was dropped, and none can be redialed while
+	// Redis is silent: every one of them carried a call.
+	if n := c.wire().LonesReady(); n != 0 {
+		t.Errorf("%d lone connections still ready after the cut: not every caller sent on one", n)
+	}
 	b.Heal()
 	for i := range wire.Lones {
 		name := fmt.Sprintf("lone:law:few:%d", i)

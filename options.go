@@ -38,8 +38,8 @@ func defaultConfig() config {
 
 // WithOwnConnection(false) sends every call through the go-redis client
 // given to New, so that its hooks (tracing, metrics) see every one. By
-// default a call made while fewer than four others are in flight takes one
-// of the Client's own connections over a plain *redis.Client (see New).
+// default a call made while few callers are active takes one of the
+// Client's own connections over a plain *redis.Client (see New).
 func WithOwnConnection(on bool) Option {
 	return func(c *config) error { c.SharedConnOnly = !on; return nil }
 }

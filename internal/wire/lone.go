@@ -12,15 +12,17 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// lone sends a call on its caller's own goroutine when fewer than Lones
-// other calls of the Client are in flight: such a caller then pays one round
-// trip per call and no goroutine hand-off (two scheduler wake-ups per call,
-// about a tenth of an uncontended Lock+Unlock pair on two cores). Calls that
-// find Lones or more in flight go through the batcher, whose pipelines are
-// what many callers need to keep Redis' cost per call low.
+// lone sends a call on its caller's own goroutine when few callers of the
+// Client are active (fewer than Lones calls in flight, and fewer than that
+// on average as calls arrived: batcher.reserve): such a caller then pays one
+// round trip per call and no goroutine hand-off (two scheduler wake-ups per
+// call, about a tenth of an uncontended Lock+Unlock pair on two cores).
+// Beyond that, calls go through the batcher, whose pipelines are what many
+// callers need to keep Redis' cost per call low.
 //
 // Each lone connection serves one call at a time; a caller takes the first
-// that is ready and free.
+// that is ready and free, and a connection is dialed only once callers
+// found every ready one busy.
 //
 // The call goes out on a connection of the Wire's own, dialed from the
 // go-redis client's options, because ctx is law: to return when its ctx
@@ -123,20 +125,23 @@ func newLone(c *redis.Client) *lone {
 }
 
 // tryLone sends cl on the caller's goroutine if a lone connection is ready
-// and free and fewer than Lones other calls are in flight, and reports
-// false, having done nothing, otherwise. When it reports true the call is
-// done with: answered on the connection, or resent through the batcher and
-// waited for as any call.
+// and free and batcher.reserve allows, and reports false, having done
+// nothing, otherwise. When it reports true the call is done with: answered
+// on the connection, or resent through the batcher and waited for as any
+// call.
 func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error) {
 	if ctx.Err() != nil {
 		return false, false, nil
 	}
+	var unready *lone
 	for _, l := range w.lones {
 		if !l.ready.Load() {
-			// Dialed only once the callers found the ones before it
-			// busy: a Client of one caller at a time keeps one.
-			w.redial(l)
-			return false, false, nil
+			// Looked past: one dropped by a failed call leaves the others
+			// in use.
+			if unready == nil {
+				unready = l
+			}
+			continue
 		}
 		if !l.mu.TryLock() {
 			continue
@@ -153,6 +158,11 @@ func (w *Wire) tryLone(ctx context.Context, cl *Call) (ok, left bool, err error)
 		}
 		left, err = w.sendLone(ctx, l, cl)
 		return true, left, err
+	}
+	if unready != nil {
+		// Every ready one was busy (or none is): the first that is not
+		// ready is dialed, so a Client of one caller at a time keeps one.
+		w.redial(unready)
 	}
 	return false, false, nil
 }
@@ -201,8 +211,9 @@ func (w *Wire) sendLone(ctx context.Context, l *lone, cl *Call) (left bool, err 
 	return w.wait(ctx, cl)
 }
 
-// LoneReady reports whether a caller that finds no other call in flight
-// sends its call itself now.
+// LoneReady reports whether the first lone connection is ready: a caller of
+// a Client with no other call in flight, and none lately, sends its call
+// itself now.
 func (w *Wire) LoneReady() bool { return w.lones != nil && w.lones[0].ready.Load() }
 
 // LonesReady reports how many lone connections are ready: as many callers
