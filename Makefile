@@ -1,8 +1,10 @@
 # dlock developer and CI entry points. Targets:
 #   make deps   - install missing system programs (redis-server, redis-tools,
 #                 mariadb-server, postgresql)
-#   make test   - deps, go vet, race tests, then install-test (what .ci/run
-#                 runs)
+#   make test   - deps, go vet, staticcheck, race tests, then install-test
+#                 (what .ci/run runs)
+#   make staticcheck - staticcheck of every module (installs the pinned
+#                 version through the module proxy when it is missing)
 #   make install-test - go install of the CLI at the next release's version
 #                 from a temporary clone, offline (.ci/install-test.sh); also
 #                 fails if building the modules changes a tracked file
@@ -14,7 +16,7 @@
 #   make bench-results - regenerate the committed bench/RESULTS.md,
 #                 results.json and results.svg (about 10 minutes on 2 cores)
 #   make fmt    - fail if any Go file needs gofmt (fmt-fix rewrites them)
-#   make lint   - fmt check + go vet
+#   make lint   - fmt check + go vet + staticcheck
 
 SHELL := /bin/bash
 GO ?= go
@@ -29,7 +31,10 @@ PKGS ?= ./...
 # go.mod (go.work joins them for development).
 MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 
-.PHONY: all deps vet test test-fips install-test bench bench-results fmt fmt-fix lint
+# staticcheck's release pinned for the checks (honnef.co/go/tools).
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: all deps vet staticcheck test test-fips install-test bench bench-results fmt fmt-fix lint
 
 all: test
 
@@ -39,7 +44,15 @@ deps:
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && $(GO) vet $(PKGS)); done
 
-test: deps vet
+staticcheck:
+	@set -e; bin="$$($(GO) env GOPATH)/bin/staticcheck"; \
+	if ! "$$bin" -version 2>/dev/null | grep -qF "($(STATICCHECK_VERSION:v%=%))"; then \
+		echo "go install staticcheck $(STATICCHECK_VERSION)"; \
+		GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	fi; \
+	for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && "$$bin" ./...); done
+
+test: deps vet staticcheck
 	@set -e; for m in $(MODULES); do echo "go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) $(PKGS)); done
 	@$(MAKE) --no-print-directory install-test
 
@@ -67,4 +80,4 @@ fmt:
 fmt-fix:
 	$(GOFMT) -w $(GOFILES)
 
-lint: fmt vet
+lint: fmt vet staticcheck
