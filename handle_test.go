@@ -216,3 +216,25 @@ func TestHandleExpiredLeaseDoesNotBlockTheName(t *testing.T) {
 		t.Fatalf("RUnlock of the one live read hold beside expired ones: %v", err)
 	}
 }
+
+// A TryLock that finds another goroutine of the Client at the handle's gate
+// fails at once, without building a lease it would throw away ("run this
+// job once": many goroutines try, one holds).
+func TestTryLockAtBusyGateAllocatesNothing(t *testing.T) {
+	c := newClientOn(t, rdbFor(t, shared))
+	ctx := ctxT(t)
+	m := c.Mutex("handle:busygate")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Unlock(ctx) }()
+	tryCtx := context.Background()
+	allocs := testing.AllocsPerRun(200, func() {
+		if ok, err := m.TryLock(tryCtx, 0, 0); ok || err != nil {
+			t.Fatalf("TryLock at a busy gate: %v, %v", ok, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a TryLock at a busy gate allocates %v times, want none (the lease it would discard was 2)", allocs)
+	}
+}

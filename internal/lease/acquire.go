@@ -64,8 +64,15 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	if req.Lease <= 0 {
 		a.ttl = hd.e.Cfg.Watchdog
 	}
-	a.h = newLease(hd, under, max(req.Weight, 1))
+	// A try at a busy gate fails with nothing allocated: the lease is made
+	// once the gate is entered (a waiter at the gate needs it before).
+	if a.canWait {
+		a.h = newLease(hd, under, max(req.Weight, 1))
+	}
 	b, ok, err := hd.enter(waitCtx, !a.canWait, a.h, a.ttl)
+	if ok && a.h == nil {
+		a.h = newLease(hd, under, max(req.Weight, 1))
+	}
 	if !ok {
 		if err != nil && ctx.Err() != nil {
 			return nil, CtxErr(ctx)

@@ -105,7 +105,8 @@ func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err err
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
 // It first drops the handle's lost leases (dropLost). A waiter of a kind
 // that passes (Passer) waits as next, the lease it will take with ttl: the
-// gate may come with the hold itself, a baton with its token.
+// gate may come with the hold itself, a baton with its token. A try needs
+// no next (nil).
 func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Duration) (baton, bool, error) {
 	hd.dropLost()
 	switch {
