@@ -49,9 +49,10 @@
 // that goroutine in the same script (its own field, its TTL, a new token),
 // and the waiter sends nothing: one script per hand-over instead of a
 // release and an acquisition. A Mutex's pass also takes the fencing tokens
-// of the passes that may follow, so those send nothing at all: the one
-// Redis hold (its field, its TTL and how long it is certain, its renewal)
-// goes on from goroutine to goroutine, each with a larger token than the
+// of the passes that may follow, so those run no script: after one HEXISTS
+// that tells the releaser whether Redis still had its hold, the one Redis
+// hold (its field, its TTL and how long it is certain, its renewal) goes
+// on from goroutine to goroutine, each with a larger token than the
 // last and than any earlier holder's elsewhere, and a holder elsewhere
 // after them gets a larger one still. A hold with a fixed lease is passed
 // in Redis only. A Mutex passes at most 16 times in a row and then

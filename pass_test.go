@@ -28,15 +28,7 @@ func TestPassWithinProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan context.Context, 1)
-	go func() {
-		bctx, err := c.Mutex(name).LockContext(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- bctx
-	}()
-	waitFor(t, "the second goroutine at the gate", func() bool { return gateWaiters(m) == 1 })
+	got := lockersAtGate(t, ctx, c, m, 1)
 	before := commands(t, r)
 	if err := m.Unlock(actx); err != nil {
 		t.Fatal(err)
@@ -321,17 +313,7 @@ func TestPassInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const waiters = 4
-	held := make(chan context.Context)
-	for range waiters {
-		go func() {
-			hctx, err := c.Mutex(name).LockContext(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			held <- hctx
-		}()
-	}
-	waitFor(t, "the goroutines at the gate", func() bool { return gateWaiters(m) == waiters })
+	held := lockersAtGate(t, ctx, c, m, waiters)
 	last := TokenFrom(first)
 	before := commands(t, r)
 	if err := m.Unlock(first); err != nil {
@@ -401,17 +383,7 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := make(chan context.Context, 2)
-	for range 2 {
-		go func() {
-			hctx, err := c.Mutex(name).LockContext(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			held <- hctx
-		}()
-	}
-	waitFor(t, "the goroutines at the gate", func() bool { return gateWaiters(m) == 2 })
+	held := lockersAtGate(t, ctx, c, m, 2)
 	if err := m.Unlock(a); err != nil { // the pass in Redis, with spare tokens
 		t.Fatal(err)
 	}
@@ -436,4 +408,23 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 	if n := rdb.Exists(ctx, name).Val(); n != 0 {
 		t.Error("the lock outlived its last Unlock")
 	}
+}
+
+// lockersAtGate starts n goroutines that lock m's name through c, and
+// returns once all n wait at the handle's gate; each sends the context of
+// its hold (nil when its lock call failed) on the channel returned.
+func lockersAtGate(t *testing.T, ctx context.Context, c *Client, m *Mutex, n int) <-chan context.Context {
+	t.Helper()
+	held := make(chan context.Context, n)
+	for range n {
+		go func() {
+			hctx, err := c.Mutex(m.Name()).LockContext(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			held <- hctx
+		}()
+	}
+	waitFor(t, "the goroutines at the gate", func() bool { return gateWaiters(m) == n })
+	return held
 }

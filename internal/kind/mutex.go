@@ -164,7 +164,8 @@ func (p *Mutex) Pass(l, next *lease.Lease, ttl time.Duration) *wire.Call {
 }
 
 // PassReply implements lease.Passer: release.lua's integer, decoded
-// strictly; a pass's token is at least 1.
+// strictly; a pass's highest token is above the spare ones it carries, so
+// the next holder's own (top - Spare) is at least 1.
 func (p *Mutex) PassReply(cmd redis.Cmder) (lease.Released, uint64, error) {
 	v, err := cmd.(*redis.IntCmd).Result()
 	switch {
@@ -174,7 +175,7 @@ func (p *Mutex) PassReply(cmd redis.Cmder) (lease.Released, uint64, error) {
 		return lease.Released{Found: true, Remaining: int(v)}, 0, nil
 	case v >= -1-lease.CodeDataLost:
 		return lease.Released{Why: -1 - v}, 0, nil
-	case v <= passed-1:
+	case v <= passed-1 && uint64(passed-v) > uint64(p.Spare()):
 		return lease.Released{Found: true}, uint64(passed - v), nil
 	}
 	return lease.Released{}, 0, fmt.Errorf("dlock: unexpected release reply %d", v)

@@ -409,8 +409,11 @@ func (a *acquisition) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.q.Entry = h.p.Entry(a.w.Ticket, a.ttl, h)
-	a.startPop()
+	// A waiter that pops has its marked entry (startPop); any other the
+	// kind's own.
+	if a.startPop(); a.pop == nil {
+		a.q.Entry = h.p.Entry(a.w.Ticket, a.ttl, h)
+	}
 	return nil
 }
 

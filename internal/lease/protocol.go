@@ -59,7 +59,8 @@ type Protocol interface {
 // field and gives next's its TTL and new fencing tokens in one script; the
 // waiter is told in memory, and sends nothing. A kind with spare tokens
 // (Spare) lets the holder that got them pass the hold on in memory, with no
-// call at all: the field, its TTL and its renewal go on, and each new
+// script: one HEXISTS tells the releaser whether Redis still had its hold
+// (pass.go), then the field, its TTL and its renewal go on, and each new
 // holder takes the next spare token.
 type Passer interface {
 	// MayPass reports whether the handle may pass after inRow passes in a

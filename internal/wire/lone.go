@@ -71,7 +71,8 @@ type lone struct {
 // Lones is how many callers of one Client send their calls themselves at
 // most, each on a connection of its own. A few concurrent callers then pay
 // no wake-ups (four goroutines through the batcher made two batches of two
-// and two wake-ups per call: 0.67x the pairs per second of a go-redis pool);
+// and two wake-ups per call: 0.67x the pairs per second of a go-redis pool
+// on a 2-vCPU AMD EPYC, PING 17 µs);
 // beyond them, the batcher's pipelines cost Redis less per call.
 const Lones = 4
 

@@ -285,7 +285,7 @@ type batcher struct {
 	// lone sends to few callers: with many, a lull in pending as a batch's
 	// replies go out would send a few alone and make the batches shallower,
 	// which costs Redis more per call (sixteen goroutines: 8% fewer pairs
-	// per second in one interleaved run).
+	// per second in one interleaved run, 2-vCPU Intel Xeon, PING 26 µs).
 	load int
 }
 
