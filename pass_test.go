@@ -412,6 +412,53 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 
 // lockersAtGate starts n goroutines that lock m's name through c, and
 // returns once all n wait at the handle's gate; each sends the context of
+// A hold passed in memory goes on with the releaser's watchdog renewal, so
+// only a waiter renewed by the watchdog takes one: a waiter that asked for
+// a fixed lease as long as the watchdog's TTL gets a pass in Redis, and the
+// lock ends with its lease.
+func TestPassInMemoryKeepsAFixedLease(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	const watchdog = 1500 * time.Millisecond
+	c := newClient(t, r, WithWatchdogTimeout(watchdog))
+	ctx := ctxT(t)
+	const name = "pass30:fixed"
+	m := c.Mutex(name)
+	actx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lockersAtGate(t, ctx, c, m, 1) // a watchdog waiter: takes the pass in Redis, with spare tokens
+	fixed := make(chan context.Context, 1)
+	go func() {
+		hctx, err := c.Mutex(name).TryLockContext(ctx, time.Minute, watchdog)
+		if err != nil {
+			t.Error(err)
+		}
+		fixed <- hctx
+	}()
+	waitFor(t, "the fixed-lease waiter at the gate", func() bool { return gateWaiters(m) == 2 })
+	if err := m.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	bctx := <-b
+	if bctx == nil {
+		t.FailNow()
+	}
+	if err := m.Unlock(bctx); err != nil {
+		t.Fatal(err)
+	}
+	cctx := <-fixed
+	if cctx == nil {
+		t.FailNow()
+	}
+	waitFor(t, "the fixed lease's end in Redis", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+	<-cctx.Done()
+	if err := m.Unlock(cctx); !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock after the fixed lease ended: %v, want ErrLockLost or ErrNotHeld", err)
+	}
+}
+
 // its hold (nil when its lock call failed) on the channel returned.
 func lockersAtGate(t *testing.T, ctx context.Context, c *Client, m *Mutex, n int) <-chan context.Context {
 	t.Helper()

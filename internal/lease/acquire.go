@@ -69,7 +69,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	if a.canWait {
 		a.h = newLease(hd, under, max(req.Weight, 1))
 	}
-	b, ok, err := hd.enter(waitCtx, !a.canWait, a.h, a.ttl)
+	b, ok, err := hd.enter(waitCtx, !a.canWait, a.h, a.ttl, a.lease)
 	if ok && a.h == nil {
 		a.h = newLease(hd, under, max(req.Weight, 1))
 	}

@@ -29,6 +29,11 @@ type gateWaiter struct {
 	// pass (nil: the waiter takes no pass).
 	next *Lease
 	ttl  time.Duration
+	// lease is the waiter's fixed lease, 0 for a hold the watchdog renews:
+	// only such a waiter takes a hold passed in memory, which goes on with
+	// the releaser's renewal (a fixed lease as long as the watchdog's TTL
+	// would otherwise be renewed past its end).
+	lease time.Duration
 	// abandoned, when set, is run on a goroutine of its own with the
 	// baton of a waiter whose ctx ended after it was reserved: it must
 	// undo what the baton grants and leave the gate (exit).

@@ -104,10 +104,10 @@ func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err err
 
 // enter takes the handle's gate, waiting until ctx is done; try only tries.
 // It first drops the handle's lost leases (dropLost). A waiter of a kind
-// that passes (Passer) waits as next, the lease it will take with ttl: the
-// gate may come with the hold itself, a baton with its token. A try needs
-// no next (nil).
-func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Duration) (baton, bool, error) {
+// that passes (Passer) waits as next, the lease it will take with ttl and
+// its fixed lease (0: renewed by the watchdog): the gate may come with the
+// hold itself, a baton with its token. A try needs no next (nil).
+func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl, lease time.Duration) (baton, bool, error) {
 	hd.dropLost()
 	switch {
 	case hd.p.Shared():
@@ -119,7 +119,7 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl time.Dur
 	}
 	w := &gateWaiter{}
 	if _, ok := hd.p.(Passer); ok {
-		w.next, w.ttl = next, ttl
+		w.next, w.ttl, w.lease = next, ttl, lease
 		w.abandoned = func(b baton) {
 			hd.e.Detach(func(ctx context.Context) {
 				if b.token != 0 {

@@ -13,7 +13,7 @@ import (
 // made, taking the handle's gate when try says so (false when it is busy).
 func (hd *Handle) TestLease(ctx context.Context, enter bool) (*Lease, bool) {
 	if enter {
-		if _, ok, _ := hd.enter(ctx, true, nil, 0); !ok {
+		if _, ok, _ := hd.enter(ctx, true, nil, 0, 0); !ok {
 			return nil, false
 		}
 	}

@@ -66,7 +66,7 @@ func (h *Lease) spareBaton(w *gateWaiter) (baton, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	next, top := h.spare[0], h.spare[1]
-	if h.lease > 0 || w.ttl != ttl || h.err != nil || next == 0 || next > top || time.Until(h.validUntil) < ttl/3 {
+	if h.lease > 0 || w.lease > 0 || w.ttl != ttl || h.err != nil || next == 0 || next > top || time.Until(h.validUntil) < ttl/3 {
 		return baton{}, false
 	}
 	return baton{token: next, field: h.field, validUntil: h.validUntil, spare: [2]uint64{next + 1, top}}, true
