@@ -47,6 +47,8 @@ def load(runs):
                         put("1b G=1 pair p50 in PINGs (same run)", g["lib"], side, p, run["pair_p50_in_pings"])
                 put(f"2 G={G} pairs/s", g["lib"], side, p, run["pairs_per_s"])
                 put(f"6 G={G} Redis CPU µs/pair", g["lib"], side, p, run["redis_cpu_per_pair_us"])
+                if run.get("client_cpu_per_pair_us"):
+                    put(f"6b G={G} client CPU µs/pair", g["lib"], side, p, run["client_cpu_per_pair_us"])
         for g in r.get("hotkey") or []:
             if g.get("mode", "separate") == "shared":
                 # MODES=shared: goroutines of one Client (issue 30's cohort).

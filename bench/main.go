@@ -361,7 +361,7 @@ func runSuite(ctx context.Context, srv *redisServer, libs []Lib, cfg SuiteConfig
 						problem("(a) G=%d %s rep %d: %v", g, lib.Name(), r, err)
 						continue
 					}
-					fmt.Fprintf(progress, "%.0f pairs/s, p50 %.0f µs, %.1f allocs/pair, Redis CPU %.1f µs/pair", ur.PairsPerS, ur.PairP50Us, ur.AllocsPair, ur.CPUPairUs)
+					fmt.Fprintf(progress, "%.0f pairs/s, p50 %.0f µs, %.1f allocs/pair, Redis CPU %.1f µs/pair, client CPU %.1f µs/pair", ur.PairsPerS, ur.PairP50Us, ur.AllocsPair, ur.CPUPairUs, ur.ClientCPUPairUs)
 					if ur.PingP50Us > 0 {
 						fmt.Fprintf(progress, ", PING p50 %.0f µs (pair = %.2f PINGs)", ur.PingP50Us, ur.PairPings)
 					}

@@ -78,6 +78,7 @@ type UncontendedGroup struct {
 	BytesPair  Summary          `json:"bytes_per_pair"`
 	CmdsPair   Summary          `json:"cmds_per_pair"`
 	CPUPairUs  Summary          `json:"redis_cpu_per_pair_us"`
+	ClientCPU  Summary          `json:"client_cpu_per_pair_us"`
 	PingP50Us  Summary          `json:"ping_p50_us"`
 	PairPings  Summary          `json:"pair_p50_in_pings"`
 	TopTimes   string           `json:"top_times,omitempty"` // µs per pair in the commands that took the most
@@ -193,6 +194,7 @@ func groupUncontended(runs []UncontendedRun, order []string) []UncontendedGroup 
 			BytesPair:  pick(func(r UncontendedRun) float64 { return r.BytesPair }),
 			CmdsPair:   pick(func(r UncontendedRun) float64 { return r.CmdsPair }),
 			CPUPairUs:  pick(func(r UncontendedRun) float64 { return r.CPUPairUs }),
+			ClientCPU:  pick(func(r UncontendedRun) float64 { return r.ClientCPUPairUs }),
 			PingP50Us:  pick(func(r UncontendedRun) float64 { return r.PingP50Us }),
 			PairPings:  pick(func(r UncontendedRun) float64 { return r.PairPings }),
 		})
@@ -439,15 +441,15 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	if len(rep.Uncontended) > 0 {
 		p("## (a) Uncontended acquire + release\n\n")
 		p("G goroutines share one Client, each on its own key, for %s s per run. Allocations are `runtime.MemStats.Mallocs` deltas over the run divided by pairs (whole process: includes the library's background goroutines and the release func each adapter returns; rueidislock's row includes its adapter's bounded wait, about 4 allocs).\n\n", fmtNum(m.Params.UncontendedSeconds))
-		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair; *time in commands* is `INFO commandstats`' usec of the two commands that took the most, per pair (an EVALSHA's includes the commands its script ran). For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
-		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | time in commands, µs per pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		p("*Redis CPU* is the main thread's CPU time (`INFO cpu` `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, delta over the run) per pair; *client CPU* is the bench process's CPU time (`getrusage`, user + system, every thread) per pair, the lib's client cost with the loop's small part; *time in commands* is `INFO commandstats`' usec of the two commands that took the most, per pair (an EVALSHA's includes the commands its script ran). For G=1, *PING p50* is sequential PINGs through the lib's own client right before and right after the run, and *pair/PING* the pair's p50 in those round trips.\n\n")
+		p("| G | lib | pairs/s | pair p50 µs | pair p99 µs | allocs/pair | bytes/pair | cmds/pair | Redis CPU µs/pair | client CPU µs/pair | time in commands, µs per pair | PING p50 µs | pair/PING |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range rep.Uncontended {
 			n := len(g.Runs)
 			ping, ratio := "–", "–"
 			if g.PingP50Us.Median > 0 {
 				ping, ratio = fmtSum(g.PingP50Us, n), fmtSum(g.PairPings, n)
 			}
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n), ifs(g.TopTimes != "", g.TopTimes, "–"), ping, ratio)
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.G, g.Lib, fmtSum(g.PairsPerS, n), fmtSum(g.PairP50Us, n), fmtSum(g.PairP99Us, n), fmtSum(g.AllocsPair, n), fmtSum(g.BytesPair, n), fmtSum(g.CmdsPair, n), fmtSum(g.CPUPairUs, n), fmtSum(g.ClientCPU, n), ifs(g.TopTimes != "", g.TopTimes, "–"), ping, ratio)
 		}
 		p("\n")
 	}

@@ -31,6 +31,10 @@ type UncontendedRun struct {
 	BytesPair  float64 `json:"bytes_per_pair"`
 	CmdsPair   float64 `json:"cmds_per_pair"`
 	CPUPairUs  float64 `json:"redis_cpu_per_pair_us"` // Redis main-thread CPU per pair
+	// ClientCPUPairUs is the bench process's CPU time (user + system, every
+	// thread) per pair: the lib's client cost, with the loop's own small
+	// part; 0 where the OS does not report it.
+	ClientCPUPairUs float64 `json:"client_cpu_per_pair_us,omitempty"`
 	// CommandUsec is the time Redis spent in each command (µs) over the
 	// run, from INFO commandstats; nil where not measured (a Cluster).
 	CommandUsec map[string]int64 `json:"command_usec,omitempty"`
@@ -112,6 +116,7 @@ func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedCon
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
 	for i := range cfg.G {
 		wg.Add(1)
 		go func() {
@@ -145,6 +150,7 @@ func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedCon
 	close(start)
 	wg.Wait()
 	elapsed := time.Since(begin)
+	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
 
 	use, err := srv.SinceReset(ctx)
@@ -173,6 +179,7 @@ func runUncontended(ctx context.Context, srv target, lib Lib, cfg UncontendedCon
 		r.BytesPair = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(r.Pairs)
 		r.CmdsPair = float64(use.Total) / float64(r.Pairs)
 		r.CPUPairUs = us(use.CPU) / float64(r.Pairs)
+		r.ClientCPUPairUs = us(cpu1-cpu0) / float64(r.Pairs)
 	}
 	r.PairP50Us = us(all.Quantile(0.50))
 	r.PairP99Us = us(all.Quantile(0.99))
