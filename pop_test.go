@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,8 +67,9 @@ func TestHandoffPopped(t *testing.T) {
 }
 
 // Where BLPOP is refused (an ACL without it), the waiter that queued to pop
-// still gets the lock, by its re-check, and the Client's later waiters are
-// woken by messages instead.
+// still gets the lock, by its re-check: within its claim window, though its
+// re-checks are a minute apart (a hand-off to it makes no sound). The
+// Client's later waiters are woken by messages instead.
 func TestHandoffPopRefused(t *testing.T) {
 	r := testenvRedis(t)
 	mustDo(t, r, "ACL", "SETUSER", "nopop", "on", ">pw", "~*", "&*", "+@all", "-blpop")
@@ -76,7 +78,7 @@ func TestHandoffPopRefused(t *testing.T) {
 	a := newClient(t, r).Mutex(name)
 	limited := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "nopop", Password: "pw"})
 	t.Cleanup(func() { _ = limited.Close() })
-	c := newClientOn(t, limited)
+	c := newClientOn(t, limited, WithHandoffClaim(4*time.Second), withRecheck(time.Minute))
 	for round := range 2 {
 		actx, err := a.LockContext(ctx)
 		if err != nil {
@@ -108,6 +110,65 @@ func TestHandoffPopRefused(t *testing.T) {
 			t.Errorf("round 2: the hand-off ran %v, want a message (the Client no longer pops)", s)
 		}
 	}
+}
+
+// An error reply that refuses nothing for good (UNBLOCKED, which every
+// blocked pop gets when a failover turns its server into a replica) is no
+// refusal: the waiter pops again and takes its hand-off from the box, and
+// the Client's later waiters still pop.
+func TestHandoffPopSurvivesUnblock(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pop30:unblocked"
+	a := newClient(t, r).Mutex(name)
+	c := newClient(t, r, withRecheck(time.Minute)) // a hand-off not popped would wait a minute
+	for round := range 2 {
+		actx, err := a.LockContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			err := c.Mutex(name).Lock(wctx)
+			if err == nil {
+				err = c.Mutex(name).Unlock(wctx)
+			}
+			got <- err
+		}()
+		waitFor(t, "the waiter's pop", func() bool { return popClient(t, rdb) != "" })
+		if round == 0 {
+			if err := rdb.Do(ctx, "client", "unblock", popClient(t, rdb), "error").Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the waiter's next pop", func() bool { return commands(t, r)["blpop"] >= 2 && popClient(t, rdb) != "" })
+		}
+		if err := r.ResetStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Unlock(actx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the waiter: %v", round, err)
+		}
+		if s := commands(t, r); s["rpush"] != 1 {
+			t.Errorf("round %d: the hand-off and the waiter's release ran %v, want the grant put in the box", round, s)
+		}
+	}
+}
+
+// popClient is the id of the client blocked in a BLPOP, or "".
+func popClient(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	for _, line := range strings.Split(rdb.ClientList(context.Background()).Val(), "\n") {
+		if strings.Contains(line, " cmd=blpop ") && strings.Contains(line, " flags=b ") {
+			return strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		}
+	}
+	return ""
 }
 
 // Pops take connections of the go-redis client the Client was given, at

@@ -205,6 +205,9 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			if token, claim, ok := a.popAnswered(p); ok {
 				return a.grantPopped(ctx, token, claim)
 			}
+			if a.stalled() {
+				timer.Reset(a.sleep(Reply{Wait: -1}))
+			}
 			continue
 		case <-timer.C:
 		case <-waitCtx.Done():
@@ -431,6 +434,11 @@ func (a *acquisition) sleep(r Reply) time.Duration {
 	d := a.h.e.Cfg.Recheck
 	if r.Wait >= 0 {
 		d = min(d, r.Wait)
+	}
+	if a.stalled() {
+		// Nothing tells this waiter of a hand-off: it looks for one four
+		// times per claim window, so one made to it is taken in time.
+		d = min(d, a.h.e.Cfg.Claim/4)
 	}
 	return max(d, time.Millisecond)
 }

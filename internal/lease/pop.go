@@ -165,15 +165,18 @@ func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, 
 		p.since = r.sent // empty until after it was sent
 		a.popNext()
 		return 0, 0, false
-	case r.err != nil && isRedisError(r.err):
+	case r.err != nil && popRefused(r.err):
 		// BLPOP refused (an ACL without @blocking, a renamed command):
-		// later waiters are woken by messages. This one finds a hand-off
-		// by its next re-check.
+		// later waiters are woken by messages. This one's entry still asks
+		// for its grant in the box: it re-checks often enough to find a
+		// hand-off within its claim window (sleep).
 		e.popOff.Store(true)
 		e.Cfg.Logger.Warn("dlock: waiters cannot pop their hand-offs; they wait for messages", "err", r.err)
 		return 0, 0, false
 	case r.err != nil:
-		// No answer (a timeout, a dropped connection): the entry still
+		// No answer (a timeout, a dropped connection), or an error that
+		// refuses nothing for good (UNBLOCKED when a failover made the
+		// server a replica, LOADING, READONLY, TRYAGAIN): the entry still
 		// asks for its grant in the box, so pop again, a little later.
 		a.popAfter(popRetry)
 		return 0, 0, false
@@ -186,6 +189,18 @@ func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, 
 	}
 	return token, claim, true
 }
+
+// popRefused reports whether err, BLPOP's error, says this Redis will never
+// run it for this client: the ACL denies it (NOPERM) or the command is
+// renamed away (an unknown command).
+func popRefused(err error) bool {
+	return isRedisError(err) && (redis.HasErrorPrefix(err, "NOPERM") || strings.HasPrefix(err.Error(), "ERR unknown command"))
+}
+
+// stalled reports whether a's waiter has a marked entry and no pop in
+// flight: its pop was refused, so a hand-off to it waits silently in its
+// box until its next attempt.
+func (a *acquisition) stalled() bool { return a.pop != nil && !a.pop.inflight }
 
 // parseGrant reads BLPOP's reply [box, "<token> <claim ms>"] strictly.
 func parseGrant(vals []string) (uint64, time.Duration, error) {
