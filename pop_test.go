@@ -84,16 +84,7 @@ func TestHandoffPopRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			defer cancel()
-			err := c.Mutex(name).Lock(wctx)
-			if err == nil {
-				err = c.Mutex(name).Unlock(wctx)
-			}
-			got <- err
-		}()
+		got := lockUnlockAside(ctx, c, name)
 		waitFor(t, "the waiter queued", func() bool {
 			return r.NewClient(t).LLen(ctx, c.Mutex(name).p.Keys().Queue).Val() == 1
 		})
@@ -128,16 +119,7 @@ func TestHandoffPopSurvivesUnblock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			defer cancel()
-			err := c.Mutex(name).Lock(wctx)
-			if err == nil {
-				err = c.Mutex(name).Unlock(wctx)
-			}
-			got <- err
-		}()
+		got := lockUnlockAside(ctx, c, name)
 		waitFor(t, "the waiter's pop", func() bool { return popClient(t, rdb) != "" })
 		if round == 0 {
 			if err := rdb.Do(ctx, "client", "unblock", popClient(t, rdb), "error").Err(); err != nil {
@@ -158,6 +140,18 @@ func TestHandoffPopSurvivesUnblock(t *testing.T) {
 			t.Errorf("round %d: the hand-off and the waiter's release ran %v, want the grant put in the box", round, s)
 		}
 	}
+}
+
+// lockUnlockAside locks and unlocks name on a goroutine of its own, within
+// 15s, and sends the outcome.
+func lockUnlockAside(ctx context.Context, c *Client, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		got <- lockUnlock(wctx, c, name, 1)
+	}()
+	return got
 }
 
 // popClient is the id of the client blocked in a BLPOP, or "".
