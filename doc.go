@@ -176,7 +176,7 @@
 // waiter with a watchdog lease (up to a quarter of the go-redis client's
 // pool, and 8, per Client) learns of a hand-off as the reply to its own
 // blocking pop (BLPOP, on a connection of that pool, of
-// dlock:queue:{name}:g:<owner>), which the release that hands it the lock
+// dlock:queue:{name}\x1fg:<owner>), which the release that hands it the lock
 // fills in the same script: a key, which only a client that may write
 // dlock's keys can write, so the reply is the grant and no claim round trip
 // follows. Where BLPOP is refused, waiters are woken by messages as before.

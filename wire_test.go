@@ -53,13 +53,13 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	// A PopEntry's mark and its box (keys.PopEntry, keys.GrantBox), in
 	// lib.lua's deliver, release.lua's inline copy and force.lua.
 	box := keys.GrantBox("", "f")
-	if box != ":g:f" {
-		t.Fatalf("keys.GrantBox(q, f) = q + %q, want q + \":g:\" + f", box)
+	if box != "\x1fg:f" {
+		t.Fatalf("keys.GrantBox(q, f) = q + %q, want q + \"\\x1fg:\" + f", box)
 	}
 	for script, wants := range map[string][]string{
-		"lib.lua":     {"if string.sub(ttl, 1, 2) == '00' then", "local box = KEYS[3] .. ':g:' .. field"},
-		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = KEYS[3] .. ':g:' .. field"},
-		"force.lua":   {"redis.call('del', KEYS[3] .. ':g:' .. f)"},
+		"lib.lua":     {"if string.sub(ttl, 1, 2) == '00' then", "local box = KEYS[3] .. '\\31g:' .. field"},
+		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = KEYS[3] .. '\\31g:' .. field"},
+		"force.lua":   {"redis.call('del', KEYS[3] .. '\\31g:' .. f)"},
 	} {
 		for _, want := range wants {
 			if !strings.Contains(kind.Source(script), want) {

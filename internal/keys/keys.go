@@ -274,8 +274,12 @@ func PopEntry(ticket uint64, ttlMs int64, field string) string {
 
 // GrantBox is where a hand-off to a PopEntry waiter is put: a list next to
 // the lock's queue (queue is the queue's key, so the box has the queue's
-// namespace and Cluster slot), one per owner field.
-func GrantBox(queue, field string) string { return queue + ":g:" + field }
+// namespace and Cluster slot), one per owner field. The control character
+// after the queue (US, 0x1f) keeps it apart from every other lock's keys,
+// whose names and client ids Validate and WithClientID keep free of control
+// characters (":g:" let lock "{a}:g:<field>"'s queue be lock "{a}"'s box).
+// Lua writes it '\31'.
+func GrantBox(queue, field string) string { return queue + "\x1fg:" + field }
 
 // ParseQueueEntry reverses QueueEntry, MutexEntry and PopEntry.
 func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok bool) {

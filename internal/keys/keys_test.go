@@ -72,13 +72,16 @@ func FuzzCompanion(f *testing.F) {
 
 // collidingFamilies are names whose companion keys were once derived to the
 // same key ("X" and "{X}" both to dlock:queue:{X}): braces around a whole
-// name, empty and nested tags, an unclosed brace.
+// name, empty and nested tags, an unclosed brace, a name that reads like a
+// grant box.
 var collidingFamilies = [][]string{
 	{"X", "{X}", "{X}}", "{{X}", "{X}:{X}"},
 	{"a{b", "{a{b}", "{a{b}}"},
 	{"user:{42}", "{42}", "42", "{42}:user:{42}", "user:{42}:{42}"},
 	{"{}x{y}", "x{y}", "y", "{y}", "{}{y}"},
 	{"{{}}", "{", "{{", "{{}"},
+	// A name that ends like a grant box of another (GrantBox, field c:1).
+	{"{a}", "{a}:g:c:1", "{a}}g:c:1", "a}g:c:1", "a", "{a}:{a}:g:c:1", "{a}\x1fg:c:1"},
 }
 
 func TestCompanionsDistinctAcrossNames(t *testing.T) {
@@ -89,7 +92,7 @@ func TestCompanionsDistinctAcrossNames(t *testing.T) {
 				continue
 			}
 			s := For(name)
-			for _, k := range []string{s.Fence, s.Queue, s.Forced, s.Readers, s.Writers} {
+			for _, k := range []string{s.Fence, s.Queue, s.Forced, s.Readers, s.Writers, GrantBox(s.Queue, "c:1")} {
 				if prev, ok := seen[k]; ok {
 					t.Errorf("names %q and %q share the companion key %q", prev, name, k)
 				}
@@ -109,12 +112,16 @@ func FuzzCompanionsDistinct(f *testing.F) {
 	f.Add("X", "{X}")
 	f.Add("a{b", "{a{b}")
 	f.Add("{x}y", "{x}")
+	f.Add("{a}", "{a}:g:c:1")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if a == b || Validate(a) != nil || Validate(b) != nil {
 			return
 		}
 		if qa, qb := For(a).Queue, For(b).Queue; qa == qb {
 			t.Fatalf("%q and %q share the queue %q", a, b, qa)
+		}
+		if box, qb := GrantBox(For(a).Queue, "c:1"), For(b).Queue; box == qb {
+			t.Fatalf("%q's grant box is %q's queue %q", a, b, qb)
 		}
 	})
 }

@@ -39,7 +39,7 @@ for _, f in ipairs(fields) do
   redis.call('sadd', KEYS[4], f)
   -- A hand-off to f that its waiter has not popped yet (lib.lua's deliver)
   -- goes with the lock.
-  redis.call('del', KEYS[3] .. ':g:' .. f)
+  redis.call('del', KEYS[3] .. '\31g:' .. f)
   local cid = string.match(f, '^([^:]+):') -- client ids have no ':'
   if cid and not told[cid] then
     told[cid] = true

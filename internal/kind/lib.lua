@@ -112,7 +112,7 @@ end
 local function deliver(ticket, ttl, field, cid, tok, claim)
   local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)
   if string.sub(ttl, 1, 2) == '00' then
-    local box = KEYS[3] .. ':g:' .. field
+    local box = KEYS[3] .. '\31g:' .. field
     redis.call('rpush', box, msg)
     redis.call('pexpire', box, claim)
     return

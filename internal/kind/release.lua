@@ -67,7 +67,7 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
       if pop then
         -- Two leading zeros (keys.PopEntry): the grant goes to the
         -- waiter's box, which it pops (lib.lua's deliver).
-        local box = KEYS[3] .. ':g:' .. field
+        local box = KEYS[3] .. '\31g:' .. field
         redis.call('rpush', box, msg)
         redis.call('pexpire', box, claim)
       else
