@@ -235,7 +235,10 @@ func (a *acquisition) grantPopped(ctx context.Context, token uint64, claim time.
 }
 
 // stopPop ends a waiter's popping: the slot is freed once the pop in
-// flight, whose outcome nobody needs any more, is back.
+// flight, whose outcome nobody needs any more, is back, and not before: its
+// pool connection is taken until then. The pop's own read deadline (popWait
+// and go-redis' margin for blocking commands, 10s) bounds the wait, which
+// may outlast the cleanup timeout on a link that went silent.
 func (a *acquisition) stopPop() {
 	p, e := a.pop, a.h.e
 	if p == nil {
@@ -246,11 +249,8 @@ func (a *acquisition) stopPop() {
 		<-e.pops
 		return
 	}
-	e.Detach(func(ctx context.Context) {
-		select {
-		case <-p.out:
-		case <-ctx.Done():
-		}
+	e.Detach(func(context.Context) {
+		<-p.out
 		<-e.pops
 	})
 }
