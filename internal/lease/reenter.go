@@ -42,17 +42,34 @@ func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
 	if left, err := h.e.Wire.Do(ctx, cl); left {
 		return doneErr(ctx, err) // its Undo gives the turn back
 	}
-	defer h.endTurn()
 	r, err := h.p.AttemptReply(cl.Cmd, count)
 	cl.Free()
 	if err != nil {
+		// The re-entry may have run with its reply lost, and nobody will
+		// unlock a count the caller was told it did not get: it is
+		// counted back down, as reenterUndo does, before the lease's next
+		// count-changing call. The scripts take a release that expects
+		// one hold more than Redis has for done, so this is harmless
+		// when the re-entry never ran.
+		h.e.Detach(func(dctx context.Context) {
+			defer h.endTurn()
+			_, _ = h.ReleaseNow(dctx, count+1, false)
+		})
 		return err
 	}
+	defer h.endTurn()
 	if r.Granted {
 		h.mu.Lock()
 		h.count = r.Count
+		over := !time.Now().Before(h.deadline())
 		h.mu.Unlock()
-		return nil
+		if over {
+			// The reply came after the hold could no longer be vouched
+			// for: Redis counted the re-entry while the hold lasted, which
+			// says nothing of now.
+			h.checkDeadline()
+		}
+		return h.Err()
 	}
 	h.lose(lossError(h.name, ErrTakenOver, nil))
 	return h.Err()
