@@ -217,6 +217,48 @@ func TestHandleExpiredLeaseDoesNotBlockTheName(t *testing.T) {
 	}
 }
 
+// A holder whose fixed lease ran out while it worked, and who got no
+// context of its hold (Lock, TryLock), unlocks with the context it locked
+// with after another goroutine of the Client took the name (its lock call
+// dropped the lost hold): the Unlock answers the loss and leaves the new
+// holder's hold alone. It released the new hold and answered nil, and
+// another Client then took the lock beside its holder.
+func TestUnlockOfDroppedLostHoldReleasesNothingElse(t *testing.T) {
+	ctx := ctxT(t)
+	c, other := newClient(t, shared), newClient(t, shared)
+	for _, kind := range []string{"mutex", "rw"} {
+		name := "handle:dropped-lost:" + kind
+		tryLock := func(lease time.Duration) (bool, error) { return c.Mutex(name).TryLock(ctx, time.Second, lease) }
+		unlock := func() error { return c.Mutex(name).Unlock(ctx) }
+		otherTry := func() (bool, error) { return other.Mutex(name).TryLock(ctx, 0, 0) }
+		if kind == "rw" {
+			tryLock = func(lease time.Duration) (bool, error) { return c.RWMutex(name).TryLock(ctx, time.Second, lease) }
+			unlock = func() error { return c.RWMutex(name).Unlock(ctx) }
+			otherTry = func() (bool, error) { return other.RWMutex(name).TryLock(ctx, 0, 0) }
+		}
+		if ok, err := tryLock(100 * time.Millisecond); !ok || err != nil {
+			t.Fatal(kind, ok, err)
+		}
+		waitGone(t, c, name, 5*time.Second)
+		// Another goroutine of the Client, with the same context.
+		if ok, err := tryLock(0); !ok || err != nil {
+			t.Fatal(kind, ok, err)
+		}
+		if err := unlock(); !errors.Is(err, ErrLockLost) {
+			t.Errorf("%s: the lost holder's Unlock answered %v, want ErrLockLost", kind, err)
+		}
+		if ok, _ := otherTry(); ok {
+			t.Errorf("%s: another Client took the lock while the second holder held it", kind)
+		}
+		if err := unlock(); err != nil {
+			t.Errorf("%s: the second holder's Unlock: %v", kind, err)
+		}
+		if ok, err := otherTry(); !ok || err != nil {
+			t.Errorf("%s: another Client could not take the lock after both Unlocks: %v, %v", kind, ok, err)
+		}
+	}
+}
+
 // A TryLock that finds another goroutine of the Client at the handle's gate
 // fails at once, without building a lease it would throw away ("run this
 // job once": many goroutines try, one holds).

@@ -158,8 +158,13 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 // Unlock releases one hold count: of the hold ctx carries, or else, when
 // ctx carries no hold of the name, of the handle's current hold. A ctx whose
 // hold has ended never stands for another hold: Unlock then answers the
-// loss or ErrNotHeld and releases nothing else. The lock is free (or handed
-// to the next waiter) when the count reaches zero.
+// loss or ErrNotHeld and releases nothing else. Nor does the ctx a Lock or
+// TryLock was given stand for a hold taken after that hold was lost: when
+// another goroutine of the Client took the name meanwhile, the lost
+// holder's Unlocks with that ctx (one per count, for a watchdog timeout
+// after the other took it) answer the loss, oldest lost hold first, so
+// that its late Unlock never ends the new holder's hold. The lock is free
+// (or handed to the next waiter) when the count reaches zero.
 //
 // The release is sent even when ctx is already done, as is the hold's own
 // context once the hold was lost: it goes on in the background, bounded by

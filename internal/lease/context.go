@@ -32,6 +32,9 @@ func From(ctx context.Context, e *Engine, name string) *Lease {
 // is done; the cause is the lease's loss, or a release error.
 func (h *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
+	h.mu.Lock()
+	h.contexts++
+	h.mu.Unlock()
 	prev, _ := parent.Value(holdsKey{h.e}).(*ctxHolds)
 	ctx = context.WithValue(ctx, holdsKey{h.e}, &ctxHolds{h: h, prev: prev})
 	ctx = ContextWithHeldGrant(ctx, h.Grant())

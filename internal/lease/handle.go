@@ -27,7 +27,25 @@ type Handle struct {
 	cur    []*Lease // unfinished leases taken through the handle (at most one when exclusive)
 	curBuf [1]*Lease
 	last   *Lease // the most recent lease, for Token, Done and Err after it ended
+	// owed are lost leases that dropLost finished before their holders
+	// unlocked them, oldest first: an Unlock with the context such a lease
+	// was taken with, carrying no hold, answers its loss (Current) instead
+	// of releasing a hold taken since.
+	owed []owedUnlock
 }
+
+// owedUnlock is a dropped lost lease and the Unlocks its holder still owes
+// it (its hold count), answered as its loss until until.
+type owedUnlock struct {
+	h     *Lease
+	n     int
+	until time.Time
+}
+
+// maxOwed bounds the owed Unlocks a handle keeps: a caller that never
+// unlocks a lease it let expire (lock with a lease, never unlock) must not
+// grow it.
+const maxOwed = 4
 
 // Init prepares hd for name on e with p. A bad name is kept and reported
 // by every call (NameErr).
@@ -150,8 +168,8 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl, lease t
 // sent: a lost lease is no longer vouched for, and whatever Redis still
 // has of it ends by its TTL, as it would for another process, so the new
 // lease waits for it there. An Unlock with a dropped lease's context still
-// answers its loss; one with a context that carries no hold no longer
-// finds it.
+// answers its loss, and so, for a while, does one with the context its lock
+// call was given when the holder got no other (owe).
 func (hd *Handle) dropLost() {
 	var lost [4]*Lease
 	n := 0
@@ -160,6 +178,9 @@ func (hd *Handle) dropLost() {
 		if n < len(lost) && h.Err() != nil {
 			lost[n] = h
 			n++
+			if !hd.p.Shared() {
+				hd.owe(h)
+			}
 		}
 	}
 	hd.mu.Unlock()
@@ -177,6 +198,68 @@ func (hd *Handle) dropLost() {
 				h.endTurn()
 			}
 		})
+	}
+}
+
+// owe records that h's holder still owes it its Unlocks, for as long as the
+// watchdog's TTL: time for a holder whose work outlived its hold to finish
+// and unlock. Only a holder given no context of its hold (Lock, TryLock)
+// owes them so: one given one unlocks with it, and otherwise lets the hold
+// expire (Redisson's habit). Only an exclusive handle keeps them: a shared
+// one's Unlock with a context that carries no hold picks among the holds
+// taken with that context already (Current), and read holds left to expire
+// must not be answered for the live one taken after them. The caller holds
+// hd.mu.
+func (hd *Handle) owe(h *Lease) {
+	for _, o := range hd.owed {
+		if o.h == h {
+			return
+		}
+	}
+	h.mu.Lock()
+	n, handed := h.count, h.contexts > 0
+	h.mu.Unlock()
+	if n == 0 || handed {
+		return // nothing owed, or owed with the hold's own context
+	}
+	if len(hd.owed) == maxOwed {
+		hd.owed = append(hd.owed[:0], hd.owed[1:]...)
+	}
+	hd.owed = append(hd.owed, owedUnlock{h: h, n: n, until: time.Now().Add(hd.e.Cfg.Watchdog)})
+}
+
+// owedTo returns the dropped lost lease whose Unlock a ctx that carries no
+// hold stands for: the oldest one taken with ctx itself whose Unlocks are
+// still owed. The caller holds hd.mu.
+func (hd *Handle) owedTo(ctx context.Context) *Lease {
+	now := time.Now()
+	keep := hd.owed[:0]
+	var found *Lease
+	for _, o := range hd.owed {
+		if now.After(o.until) {
+			continue
+		}
+		if found == nil && sameContext(o.h.parent, ctx) {
+			found = o.h
+			if o.n--; o.n == 0 {
+				continue
+			}
+		}
+		keep = append(keep, o)
+	}
+	clear(hd.owed[len(keep):])
+	hd.owed = keep
+	return found
+}
+
+// paid forgets what h's holder owes it: its Unlock came with its own
+// context. The caller holds hd.mu.
+func (hd *Handle) paid(h *Lease) {
+	for i, o := range hd.owed {
+		if o.h == h {
+			hd.owed = append(hd.owed[:i], hd.owed[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -222,7 +305,10 @@ func (hd *Handle) remove(h *Lease) {
 // loss), or else, when ctx carries none, the handle's one unfinished lease;
 // nil when there is none. A context's hold never stands for another: an
 // ended hold's balanced Unlocks must not release the next holder's hold of
-// the same handle.
+// the same handle. Nor does a context that carries none stand for a hold
+// taken after a lost one it was given (dropLost finished that one to let
+// the next lock call in): its Unlocks, one per count, answer the loss for
+// a watchdog TTL after the drop, oldest lost lease first.
 //
 // A shared handle (the read side) may have several unfinished leases: of
 // those, a ctx that carries none names the one taken with ctx itself (the
@@ -234,11 +320,19 @@ func (hd *Handle) remove(h *Lease) {
 func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
+			if h.isFinished() {
+				hd.mu.Lock()
+				hd.paid(h)
+				hd.mu.Unlock()
+			}
 			return h, nil
 		}
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
+	if h := hd.owedTo(ctx); h != nil {
+		return h, nil
+	}
 	switch len(hd.cur) {
 	case 0:
 		return nil, nil

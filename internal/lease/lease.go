@@ -89,6 +89,10 @@ type Lease struct {
 	// its, not the queue's, when the lease finishes (passOn).
 	passing *gateWaiter
 	onEnd   []func(error)
+	// contexts counts the contexts of the hold handed out (Context): a
+	// holder with none can only unlock with a context that carries no
+	// hold, which dropLost must then keep owed (Handle.owe).
+	contexts int
 }
 
 // isRedisError reports whether err is an error reply from Redis (READONLY,
