@@ -120,3 +120,49 @@ func TestLateReentryReplyAfterLossIsALoss(t *testing.T) {
 	}
 	_ = rw.RUnlock(rctx)
 }
+
+// isWriteUnlockOf2 matches rwunlock.lua's call for a writer holding two
+// counts (3 + 5 keys, then field, count, all, side, token, fence TTL).
+func isWriteUnlockOf2(args []any) bool {
+	return len(args) == 14 && fmt.Sprint(args[9]) == "2" && fmt.Sprint(args[11]) == "w"
+}
+
+// A non-final Unlock whose reply is lost after it ran leaves the count
+// unknown; a re-entry sent with the count the caller knew was taken for a
+// resend of an earlier one and not counted, so the lock ended one Unlock
+// early while its holder counted a hold. The lost release is resent in the
+// background before any other count-changing call, settling the count.
+func TestLostReleaseReplyThenReentryKeepsTheCount(t *testing.T) {
+	ctx := ctxT(t)
+	h := &replyTamper{match: isWriteUnlockOf2}
+	c := tamperedClient(t, h)
+	other := newClient(t, shared)
+	const name = "reentry:lost-release"
+	rw := c.RWMutex(name)
+	wctx, err := rw.WriteContext(ctx, 0, 0) // 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Lock(wctx); err != nil { // 2
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	if err := rw.Unlock(wctx); err == nil || h.hits.Load() != 1 { // 1, its reply lost
+		t.Fatalf("Unlock with its reply lost: %v (%d lost), want an error", err, h.hits.Load())
+	}
+	if err := rw.Lock(wctx); err != nil { // 2
+		t.Fatal(err)
+	}
+	if err := rw.Unlock(wctx); err != nil { // 1
+		t.Fatal(err)
+	}
+	if ok, _ := other.RWMutex(name).TryLock(ctx, 0, 0); ok {
+		t.Errorf("another Client took the write side while its holder still counts a hold")
+	}
+	if err := rw.Unlock(wctx); err != nil { // 0
+		t.Fatalf("the final Unlock: %v", err)
+	}
+	if ok, err := other.RWMutex(name).TryLock(ctx, time.Second, time.Second); !ok || err != nil {
+		t.Errorf("another Client could not take the write side after the final Unlock: %v, %v", ok, err)
+	}
+}

@@ -45,8 +45,10 @@ func (h *Lease) Release(ctx context.Context, all bool) error {
 }
 
 // PendingRelease is a release's answer when its ctx ended before the
-// release was confirmed; the release goes on in the background. Cause
-// matches ctx.Err() and ctx's cause with errors.Is (CtxErr).
+// release was confirmed, or when a non-final release got no answer (it is
+// resent to settle the count: settleLater); the release goes on in the
+// background. Cause matches ctx.Err() and ctx's cause with errors.Is
+// (CtxErr), or is the error the release got.
 type PendingRelease struct {
 	Name  string
 	Cause error
@@ -172,7 +174,10 @@ func (h *Lease) released(ctx context.Context, cmd redis.Cmder) error {
 // back.
 func (h *Lease) conclude(r Released, err error) error {
 	rel := h.rel
-	defer h.endTurn()
+	later := err != nil && !rel.final // a pass or a check is always final
+	if !later {
+		defer h.endTurn()
+	}
 	if rel.observe != nil {
 		held := time.Since(h.start)
 		final := rel.final
@@ -186,16 +191,46 @@ func (h *Lease) conclude(r Released, err error) error {
 			rel.observe(Release{Kind: h.p.Kind(), Name: h.name, Final: final, Held: held, Err: err, Weight: h.weight})
 		}()
 	}
+	if later {
+		err = h.settleLater(err)
+		return err
+	}
 	err = h.settle(r, err, rel.final, rel.renewing)
 	h.passOn(rel.baton)
 	return err
 }
 
+// settleLater answers a non-final release that got no answer (err): it may
+// have run, so the count it leaves is unknown, and a re-entry sent with the
+// count we know would be taken for a resend of an earlier one and not be
+// counted (the lock would then end one Unlock early). The same release is
+// resent in the background, keeping the lease's turn until its answer
+// settles the count (the scripts take a release that finds the count it
+// leaves for done); a lease whose count cannot be settled is lost: it is
+// renewed no more and its Unlocks answer the loss.
+func (h *Lease) settleLater(err error) error {
+	count := h.rel.count
+	h.e.Detach(func(ctx context.Context) {
+		defer h.endTurn()
+		r, rerr := h.ReleaseNow(ctx, count, false)
+		switch {
+		case rerr != nil:
+			h.lose(lossError(h.name, ErrReleaseFailed, rerr))
+			return
+		case !r.Found:
+			h.lose(lossError(h.name, GoneReason(r.Why), nil))
+			return
+		}
+		h.mu.Lock()
+		h.count = r.Remaining
+		h.mu.Unlock()
+	})
+	return &PendingRelease{Name: h.name, Cause: err}
+}
+
 // settle applies a release's answer (or failure) to the lease.
 func (h *Lease) settle(r Released, err error, final, renewing bool) error {
 	switch {
-	case err != nil && !final:
-		return err
 	case err != nil:
 		// Not released, as far as we know: the lock ends by its TTL. The
 		// lease is over all the same (a loss, unless it was lost already).
