@@ -172,7 +172,10 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 // so and matches ctx.Err() and ctx's cause with errors.Is (for a lost
 // hold's context, ErrLockLost too). Unlock with a context that
 // carries the hold but not its cancellation (context.WithoutCancel) waits
-// for the release's own answer.
+// for the release's own answer. A release of a count other than the last
+// whose reply was lost is resent in the background the same way, before
+// any other call of the hold changes its count, and Unlock answers an error
+// that wraps the one it got.
 //
 // It returns ErrNotHeld when there is no hold to release, and an error
 // wrapping ErrLockLost, at every count, when the hold had been lost (the
