@@ -71,8 +71,11 @@ type Tiers struct {
 
 	maxToken atomic.Uint64 // the highest Redis token this Client saw
 
-	mu            sync.Mutex
-	downSince     time.Time // first infrastructure failure since Redis last worked
+	mu sync.Mutex
+	// downSince is when the outage began: the first infrastructure failure,
+	// or the first call sent to the fallback, since Redis last answered;
+	// zero while Redis answers.
+	downSince     time.Time
 	recoveryUntil time.Time // Redis grants also take the fallback lock until then
 	lastWitness   time.Time
 }
@@ -183,9 +186,15 @@ func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn
 
 // mayFallBack waits out the quarantine (until every Redis holder has been
 // told of its loss), within the wait, and in strict mode checks that no
-// other Client still reaches Redis.
+// other Client still reaches Redis. The quarantine runs from the outage's
+// start, which is never before Redis last answered: when Redis answered
+// after its last failure (a holder renewed, and the breaker is still open),
+// the outage starts now.
 func (t *Tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
 	t.mu.Lock()
+	if t.downSince.IsZero() {
+		t.downSince = time.Now()
+	}
 	ready := t.downSince.Add(t.cfg.Quarantine)
 	t.mu.Unlock()
 	if d := time.Until(ready); d > 0 {
