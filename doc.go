@@ -311,7 +311,9 @@
 //     timeout plus its drift margin, FallbackQuarantine) has passed since
 //     this Client last reached Redis, by which time every Redis holder whose
 //     Redis is gone has been told of its loss. Redis dying mid-hold
-//     therefore never leaves two holders.
+//     therefore never leaves two holders. A call whose wait sees Redis
+//     answer again (a holder renewed, and holds on) is refused: WithLock
+//     fails with an error wrapping ErrUnavailable.
 //   - Recovery: for the recovery window after Redis answers again
 //     (FallbackRecovery, at least 10s), Redis grants also take the SQL lock
 //     and lift the name's Redis fencing counter above the SQL token, so they

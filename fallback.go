@@ -58,9 +58,10 @@ func FallbackBreaker(b Breaker) FallbackOption {
 
 // FallbackQuarantine sets how long after this Client last reached Redis a
 // fallback grant waits, so that every Redis holder has been told of its loss
-// first. Default: the watchdog timeout plus its drift margin, which covers
-// watchdog-mode holds; holds with a fixed lease longer than that need at
-// least that lease.
+// first; a call that sees Redis answer during that wait is refused (an
+// error wrapping ErrUnavailable) rather than fall back. Default: the
+// watchdog timeout plus its drift margin, which covers watchdog-mode holds;
+// holds with a fixed lease longer than that need at least that lease.
 func FallbackQuarantine(d time.Duration) FallbackOption {
 	return func(c *fallbackConfig) error {
 		if d < 0 {

@@ -35,3 +35,48 @@ func TestQuarantineAfterRedisAnsweredWithBreakerOpen(t *testing.T) {
 	tiers.ReachedRedis() // H's next renewal succeeded: H holds X on
 	mustRefuse(t, w, lockX(w, tiers, 100*time.Millisecond, nil, nil))
 }
+
+// A Redis holder H of X renews (Redis answered) while a WithLock of X,
+// refused by Redis, waits out its quarantine: H holds X on, so the wait
+// must not end in a fallback grant.
+func TestQuarantineEndsWhenRedisAnswers(t *testing.T) {
+	w, tiers := newWorld(closedBreaker{}, 200*time.Millisecond, time.Second)
+	w.enter() // H holds X in Redis
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		time.Sleep(50 * time.Millisecond)
+		tiers.ReachedRedis() // H's renewal succeeds, within the quarantine
+	}()
+	err := lockX(w, tiers, time.Minute, nil, nil)
+	<-renewed
+	mustRefuse(t, w, err)
+}
+
+// As TestQuarantineAfterRedisAnsweredWithBreakerOpen, with a wait longer
+// than the quarantine: H's renewals go on reaching Redis while the breaker
+// refuses the calls, so the fallback never grants X.
+func TestQuarantineWithBreakerOpenWhileHolderRenews(t *testing.T) {
+	const q = 200 * time.Millisecond
+	w, tiers := newWorld(openBreaker{}, q, time.Second)
+	w.enter() // H holds X in Redis
+	tiers.RedisFailed()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() { // H's watchdog: a renewal every third of the quarantine
+		defer close(stopped)
+		tick := time.NewTicker(q / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				tiers.ReachedRedis()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := lockX(w, tiers, time.Minute, nil, nil)
+	close(stop)
+	<-stopped
+	mustRefuse(t, w, err)
+}

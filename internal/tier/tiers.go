@@ -76,6 +76,7 @@ type Tiers struct {
 	// or the first call sent to the fallback, since Redis last answered;
 	// zero while Redis answers.
 	downSince     time.Time
+	reached       uint64    // how many times Redis answered (ReachedRedis)
 	recoveryUntil time.Time // Redis grants also take the fallback lock until then
 	lastWitness   time.Time
 }
@@ -189,13 +190,14 @@ func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn
 // other Client still reaches Redis. The quarantine runs from the outage's
 // start, which is never before Redis last answered: when Redis answered
 // after its last failure (a holder renewed, and the breaker is still open),
-// the outage starts now.
+// the outage starts now. Redis answering during the wait ends the outage: a
+// holder renewed, and may hold the name on, so the fallback is refused.
 func (t *Tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
 	t.mu.Lock()
 	if t.downSince.IsZero() {
 		t.downSince = time.Now()
 	}
-	ready := t.downSince.Add(t.cfg.Quarantine)
+	ready, reached := t.downSince.Add(t.cfg.Quarantine), t.reached
 	t.mu.Unlock()
 	if d := time.Until(ready); d > 0 {
 		if ready.After(deadline) {
@@ -208,6 +210,12 @@ func (t *Tiers) mayFallBack(ctx context.Context, deadline time.Time) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	}
+	t.mu.Lock()
+	answered := t.reached != reached
+	t.mu.Unlock()
+	if answered {
+		return fmt.Errorf("%w: Redis answered again during the fallback's quarantine; a Redis holder may still hold the lock", lease.ErrUnavailable)
 	}
 	if t.cfg.Witness != nil {
 		// A Client that reached Redis within a watchdog timeout (plus the
@@ -243,6 +251,7 @@ func (t *Tiers) redisWorked(fctx context.Context) {
 func (t *Tiers) ReachedRedis() {
 	now := time.Now()
 	t.mu.Lock()
+	t.reached++
 	if !t.downSince.IsZero() {
 		t.downSince = time.Time{}
 		t.recoveryUntil = now.Add(t.cfg.Recovery)
