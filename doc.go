@@ -315,10 +315,11 @@
 //     answer again (a holder renewed, and holds on) is refused: WithLock
 //     fails with an error wrapping ErrUnavailable.
 //   - Recovery: for the recovery window after Redis answers again
-//     (FallbackRecovery, at least 10s), Redis grants also take the SQL lock
-//     and lift the name's Redis fencing counter above the SQL token, so they
-//     wait for fallback holders still inside fn, and later Redis tokens stay
-//     above the fallback's.
+//     (FallbackRecovery, at least 10s), and for as long as a fallback call of
+//     the name in the same Client waits or holds, Redis grants also take the
+//     SQL lock and lift the name's Redis fencing counter above the SQL token,
+//     so they wait for fallback holders still inside fn, and later Redis
+//     tokens stay above the fallback's.
 //   - One token order: fallback tokens are above the highest Redis token the
 //     Client saw and at least the database clock in microseconds; Redis
 //     tokens start from the Redis clock. With clocks in step, tokens of both

@@ -78,8 +78,10 @@ func FallbackQuarantine(d time.Duration) FallbackOption {
 // counter above the token the fallback issued. It must cover the time other
 // Clients take to notice that Redis is back (their breaker's cooldown and
 // probes): a Client still falling back after another's window closed can
-// overlap its holds (the fencing token exposes it). Default: twice the
-// quarantine, at least 10s.
+// overlap its holds (the fencing token exposes it). Within one Client, a
+// Redis grant also takes the fallback lock while a fallback call of the
+// same name waits or holds, window or not. Default: twice the quarantine,
+// at least 10s.
 func FallbackRecovery(d time.Duration) FallbackOption {
 	return func(c *fallbackConfig) error {
 		if d < 0 {

@@ -64,8 +64,8 @@ type Config struct {
 }
 
 // Tiers is a Client's fallback state: the breaker in front of Redis, the
-// outage's quarantine and the recovery window after it. Safe for
-// concurrent use.
+// outage's quarantine, the recovery window after it and the fallback calls
+// in progress. Safe for concurrent use.
 type Tiers struct {
 	cfg Config
 
@@ -79,6 +79,10 @@ type Tiers struct {
 	reached       uint64    // how many times Redis answered (ReachedRedis)
 	recoveryUntil time.Time // Redis grants also take the fallback lock until then
 	lastWitness   time.Time
+	// fallbacks counts the fallback calls of each name in progress (waiting
+	// for the fallback lock or holding it): Redis grants of the name take
+	// the fallback lock too while there are any.
+	fallbacks map[string]int
 }
 
 // New returns the tiers of cfg, filling in its defaults.
@@ -97,7 +101,7 @@ func New(cfg Config) *Tiers {
 	if cfg.Recovery == 0 {
 		cfg.Recovery = max(2*cfg.Quarantine, 10*time.Second)
 	}
-	return &Tiers{cfg: cfg}
+	return &Tiers{cfg: cfg, fallbacks: map[string]int{}}
 }
 
 // WithLock is dlock's WithLock with a fallback tier.
@@ -131,14 +135,15 @@ func (t *Tiers) WithLock(ctx context.Context, req Request, fn func(context.Conte
 }
 
 // onRedis runs fn under the Redis lock; started reports whether fn ran.
-// While Redis recovers from an outage, fn also takes the fallback lock:
-// fallback holders of the outage may still be inside fn.
+// While Redis recovers from an outage, or a fallback call of the name is in
+// progress, fn also takes the fallback lock: fallback holders may still be
+// inside fn.
 func (t *Tiers) onRedis(ctx context.Context, req Request, start time.Time, done func(error), fn func(context.Context) error) (started bool, err error) {
 	err = t.cfg.Redis(ctx, req, func(fctx context.Context) error {
 		started = true
 		done(nil)
 		t.redisWorked(fctx)
-		if !t.recovering() {
+		if !t.recovering(req.Name) {
 			return fn(fctx)
 		}
 		// Take the fallback lock too, above our token, and lift the Redis
@@ -161,8 +166,11 @@ func (t *Tiers) onRedis(ctx context.Context, req Request, start time.Time, done 
 }
 
 // onFallback runs fn under the fallback tier's lock, reporting the
-// acquisition to the observers.
+// acquisition to the observers. The call counts as in progress until the
+// fallback lock is released, however long fn runs.
 func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn func(context.Context) error) error {
+	t.fallbackCall(req.Name, 1)
+	defer t.fallbackCall(req.Name, -1)
 	freq := req
 	freq.Wait = max(req.Wait-time.Since(start), 0)
 	freq.TokenFloor = max(req.TokenFloor, t.maxToken.Load())
@@ -275,10 +283,25 @@ func (t *Tiers) RedisFailed() {
 	t.mu.Unlock()
 }
 
-func (t *Tiers) recovering() bool {
+// recovering reports whether a Redis grant of name must also take the
+// fallback lock: during the recovery window, which covers other Clients'
+// fallback holders, and while a fallback call of name in this Client is in
+// progress, which may outlast the window.
+func (t *Tiers) recovering(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return time.Now().Before(t.recoveryUntil)
+	return t.fallbacks[name] > 0 || time.Now().Before(t.recoveryUntil)
+}
+
+// fallbackCall adds delta to the fallback calls of name in progress.
+func (t *Tiers) fallbackCall(name string, delta int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.fallbacks[name] + delta; n > 0 {
+		t.fallbacks[name] = n
+	} else {
+		delete(t.fallbacks, name)
+	}
 }
 
 // raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
