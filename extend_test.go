@@ -185,3 +185,37 @@ func TestExtendPicksTheContextsHold(t *testing.T) {
 	}
 	_ = rw.RUnlock(second)
 }
+
+// An Extend to a shorter lease whose ctx ends before Redis answers may
+// still run (the wire sends the call all the same): the holder's deadline
+// moves to the shorter end, so it is told of the loss before another
+// Client can take the lock. It kept its earlier deadline, and two held.
+func TestAbandonedShorterExtendMovesTheDeadline(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	const name = "extend:abandoned"
+	m := a.Mutex(name)
+	if ok, err := m.TryLock(ctx, 0, 10*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := r.Pause(); err != nil { // accepts and does not answer
+		t.Fatal(err)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := m.Extend(ectx, 200*time.Millisecond)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Extend on a paused Redis: %v, want its ctx's error", err)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other Client's grant", func() bool {
+		ok, _ := b.Mutex(name).TryLock(ctx, 0, time.Minute)
+		return ok
+	})
+	if m.Err() == nil {
+		t.Error("another Client holds the lock while its first holder was told nothing")
+	}
+}

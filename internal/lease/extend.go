@@ -13,9 +13,11 @@ import (
 // read-write lock's TTL) and in the holder's local deadline, which moves
 // with it. A lease renewed by the watchdog, and d below a millisecond, give
 // ErrInvalidArgument; a lease that ended gives ErrNotHeld, or its loss. It
-// returns ctx's cause once ctx is done; the local deadline then stays where
-// it was (the holder is told no later than before). Safe for concurrent
-// use: it takes the lease's turn like a release.
+// returns ctx's cause once ctx is done, and the call's error when it got no
+// answer; the local deadline then moves to d from the call if that is
+// earlier (the call may still run and shorten the TTL), and stays where it
+// was otherwise. Safe for concurrent use: it takes the lease's turn like a
+// release.
 func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d < time.Millisecond {
 		return fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalidArgument, d)
@@ -38,6 +40,16 @@ func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 	code, sent, err := h.renewOnce(ctx, d)
 	switch {
 	case err != nil:
+		// The call may still run in Redis (a reply lost, or ctx ended while
+		// the wire still sends it), and d may be shorter than what is left:
+		// the holder is told by the earlier of the two ends.
+		h.mu.Lock()
+		if v := sent.Add(d - DriftMargin(d)); !h.ended && v.Before(h.validUntil) {
+			h.e.deadlines.remove(h)
+			h.validUntil = v
+			h.e.deadlines.add(h, h.deadline())
+		}
+		h.mu.Unlock()
 		return doneErr(ctx, err)
 	case code != renew.Held:
 		h.lose(lossError(h.name, GoneReason(code), nil))
