@@ -189,7 +189,9 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.hd.Unlock(ctx) }
 // its loss deadline moves with it. It returns ErrInvalidArgument for lease
 // <= 0 and for a hold renewed by the watchdog, ErrNotHeld or an error
 // wrapping ErrLockLost for a hold that ended, and ctx's cause once ctx is
-// done (the hold then keeps its earlier deadline).
+// done. An Extend that got no answer may still run in Redis: the hold's
+// deadline then moves to lease from the call if that is earlier, and stays
+// where it was otherwise.
 func (m *Mutex) Extend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &m.hd, lease)
 }
