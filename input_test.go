@@ -68,7 +68,8 @@ func TestBadOptions(t *testing.T) {
 		t.Errorf("New(nil) = %v", err)
 	}
 	for i, o := range []Option{nil, WithWatchdogTimeout(time.Millisecond), WithWatchdogTimeout(-1), WithLogger(nil),
-		WithObserver(nil), WithClientID(""), WithClientID("a:b"), WithClientID("a b"), WithHandoffClaim(0), WithCloseTimeout(0)} {
+		WithObserver(nil), WithClientID(""), WithClientID("a:b"), WithClientID("a b"), WithClientID("a\x7f"), WithClientID("a\u009b2J"),
+		WithClientID("a\xff"), WithClientID("a\x1b]0;x\a"), WithHandoffClaim(0), WithCloseTimeout(0)} {
 		if _, err := New(rdb, o); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("option %d: %v, want ErrInvalidArgument", i, err)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/lease"
@@ -182,14 +184,15 @@ func WithObserver(o Observer) Option {
 // WithClientID sets the id that prefixes this client's owner fields
 // ("<id>:<owner>") in the lock hash. Default: "<host>/<pid>/<random>", which
 // ParseClientID reads back for operators. Two live clients must never share
-// an id.
+// an id. It must be valid UTF-8 without spaces, ':' or control characters
+// (C0, DEL, C1): operators' tools print it.
 func WithClientID(id string) Option {
 	return func(c *config) error {
-		if id == "" || len(id) > 128 {
-			return fmt.Errorf("%w: client id must be 1 to 128 bytes", ErrInvalidArgument)
+		if id == "" || len(id) > 128 || !utf8.ValidString(id) {
+			return fmt.Errorf("%w: client id must be 1 to 128 bytes of UTF-8", ErrInvalidArgument)
 		}
 		for _, r := range id {
-			if r == ' ' || r == ':' || r < 0x20 {
+			if r == ' ' || r == ':' || unicode.IsControl(r) {
 				return fmt.Errorf("%w: client id %q contains a space, ':' or a control character", ErrInvalidArgument, id)
 			}
 		}

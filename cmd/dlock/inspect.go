@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -242,16 +245,23 @@ func stateOf(info dlock.LockInfo) lockState {
 // client id is not in dlock's default form.
 func who(host string, pid int, owner string) string {
 	if host == "" {
-		return owner
+		return printable(owner)
 	}
-	return host + " pid " + strconv.Itoa(pid)
+	return printable(host) + " pid " + strconv.Itoa(pid)
+}
+
+// printable is s as it is when a terminal shows it as text, else quoted:
+// owners, hosts and names come from Redis, which anyone allowed to write
+// there fills, and must not reach an operator's terminal as escape codes.
+func printable(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func printState(w io.Writer, st lockState) {
-	name := st.Name
-	if len(name) > 200 {
-		name = shortName(name)
-	}
+	name := displayName(st.Name)
 	switch {
 	case !st.Locked:
 		fmt.Fprintf(w, "%s: not locked", name)
@@ -276,10 +286,10 @@ func printState(w io.Writer, st lockState) {
 			}
 			held = fmt.Sprintf("  held for %v, %d %s", (time.Duration(h.HeldForMs) * time.Millisecond).Round(time.Second), h.Renewals, unit)
 		}
-		fmt.Fprintf(w, "  holder  %s  count %d%s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, held, h.Owner)
+		fmt.Fprintf(w, "  holder  %s  count %d%s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Count, held, printable(h.Owner))
 	}
 	for _, q := range st.Waiters {
-		fmt.Fprintf(w, "  waiter  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+		fmt.Fprintf(w, "  waiter  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 	}
 	if st.WaitingWriters > 0 {
 		fmt.Fprintf(w, "  %d writer(s) waiting\n", st.WaitingWriters)

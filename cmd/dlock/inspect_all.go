@@ -95,18 +95,18 @@ func printListed(w io.Writer, st listedState) {
 			fmt.Fprintf(w, "election %s: leader %q, expires in %v\n", name, st.Leader, time.Duration(st.TTLms)*time.Millisecond)
 		}
 		for _, h := range st.Holders {
-			fmt.Fprintf(w, "  leader     %s  (owner %s)\n", who(h.Host, h.PID, h.Owner), h.Owner)
+			fmt.Fprintf(w, "  leader     %s  (owner %s)\n", who(h.Host, h.PID, h.Owner), printable(h.Owner))
 		}
 		for _, q := range st.Waiters {
-			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 		}
 	case dlock.TypeSemaphore:
 		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken, %d free\n", displayName(st.Name), st.Taken, st.Permits, st.Free)
 		for _, h := range st.Holders {
-			fmt.Fprintf(w, "  permit  %s  x%d  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), h.Count, time.Duration(h.TTLms)*time.Millisecond, h.Owner)
+			fmt.Fprintf(w, "  permit  %s  x%d  expires in %v  (id %s)\n", who(h.Host, h.PID, h.Owner), h.Count, time.Duration(h.TTLms)*time.Millisecond, printable(h.Owner))
 		}
 		for _, q := range st.Waiters {
-			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), q.Owner)
+			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 		}
 	case dlock.TypeLatch:
 		expires := "no TTL (not set by dlock?)"
@@ -125,5 +125,5 @@ func displayName(name string) string {
 	if len(name) > 200 {
 		return shortName(name)
 	}
-	return name
+	return printable(name)
 }
