@@ -225,8 +225,13 @@
 //     ("a" with lock "b:x" is "a:b:x", and "a:b" is no namespace), and a
 //     tenant's names may hold any character a lock name may.
 //   - A Client without a namespace is not a tenant: its names are the keys
-//     themselves (Redisson's layout), so its lock "a:x" is namespace a's
-//     lock "x". Give it only to those trusted with every lock.
+//     themselves (Redisson's layout), so its lock "a:x" has namespace a's
+//     lock "x" as its hash, and can read or break it. Give it only to those
+//     trusted with every lock. It is not the same lock, though: the fencing
+//     counter, queue, forced set and channels differ, so the two must not
+//     be mixed (tokens would not be ordered across them), and its
+//     ForceUnlock of a tenant's lock (one whose tenant fencing counter
+//     exists) is refused: force it with the tenant's namespace.
 //   - Lock names that begin with "dlock:" are refused: those are dlock's own
 //     keys beside a lock (its fencing counter, queue, ...), and a lock of
 //     that name would break the lock it belongs to. So are names holding

@@ -221,7 +221,10 @@ func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
 // renewal instead). A key that is not a lock — another Redis type, or a
 // hash whose fields are not owners with hold counts (and a read-write
 // lock's mode) as dlock and Redisson write them — is left as it is, with
-// an error wrapping ErrNotLock; the script decides, atomically.
+// an error wrapping ErrNotLock; the script decides, atomically. A Client
+// without a namespace refuses, with ErrInvalidArgument, a name "ns:rest"
+// that namespace ns's Client uses as its lock rest: force it with that
+// namespace (see the package doc on namespaces).
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.hd.Check(ctx, 0); err != nil {
 		return false, err

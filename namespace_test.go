@@ -182,3 +182,34 @@ func TestNamespaceUnderACL(t *testing.T) {
 		t.Fatalf("ACL LOG = %v, %v; want nothing denied", log, err)
 	}
 }
+
+// A Client without a namespace does not force a tenant's lock by its key:
+// "a:x" is namespace a's lock "x" only by its hash, not by its fencing
+// counter, queue, forced set or channels, so the holder would not be told
+// and a later grant would take a token below the tenant's. ForceUnlock
+// refuses while the tenant's fencing counter exists; a plain lock named
+// like it is forced as any other.
+func TestForceUnlockRefusesATenantsLock(t *testing.T) {
+	ctx := ctxT(t)
+	tenant := newClient(t, shared, WithNamespace("a"))
+	operator := newClient(t, shared)
+	hctx, err := tenant.Mutex("x").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := operator.Mutex("a:x").ForceUnlock(ctx); held || !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("ForceUnlock of a tenant's lock without its namespace: %v, %v; want ErrInvalidArgument", held, err)
+	}
+	if hctx.Err() != nil {
+		t.Fatalf("the tenant's hold ended: %v", context.Cause(hctx))
+	}
+	if held, err := tenant.Mutex("x").ForceUnlock(ctx); !held || err != nil {
+		t.Errorf("ForceUnlock with the tenant's namespace: %v, %v", held, err)
+	}
+	if err := operator.Mutex("a:plain").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := newClient(t, shared).Mutex("a:plain").ForceUnlock(ctx); !held || err != nil {
+		t.Errorf("ForceUnlock of a plain lock named a:plain: %v, %v", held, err)
+	}
+}

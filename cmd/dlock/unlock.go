@@ -34,9 +34,13 @@ not a lock's (owners with hold counts, as dlock and Redisson write them), is
 left as it is, and the command exits 65. The check and the release are one
 script in Redis: nothing can change the key in between.
 
-Exit codes: 0 done (held or not), 2 without --force or with a bad name,
-65 NAME is not a lock (left as it is), 69 Redis unreachable, 1 other
-failures.`,
+Without --namespace, a NAME "ns:rest" that namespace ns uses as its lock
+rest (its fencing counter exists) is refused with exit 2: unlock it with
+--namespace ns, so that its holder is told and its waiters served.
+
+Exit codes: 0 done (held or not), 2 without --force, with a bad name or
+with a tenant's lock without its namespace, 65 NAME is not a lock (left as
+it is), 69 Redis unreachable, 1 other failures.`,
 		Example: `  dlock unlock --force nightly-report
   dlock --redis redis://10.0.0.5:6379/2 unlock --force coupon:issue:42`,
 		Args: wrapArgs(func(_ *cobra.Command, args []string) error {
@@ -110,8 +114,11 @@ func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, 
 
 // notLock gives an error that says NAME is not a lock its own exit code.
 func notLock(err error) error {
-	if errors.Is(err, dlock.ErrNotLock) {
+	switch {
+	case errors.Is(err, dlock.ErrNotLock):
 		return exitf(exitNotLock, "%v", err)
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return exitf(exitUsage, "%v", err) // a tenant's lock without its namespace
 	}
 	return err
 }

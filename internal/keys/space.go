@@ -163,3 +163,20 @@ func (s Space) IsClientChannel(name, clientID string) bool {
 	rest, ok := strings.CutPrefix(name, s.prefix)
 	return ok && IsClientChannel(rest, clientID)
 }
+
+// TenantFence reads name, a name given without a namespace, as a tenant's:
+// for "ns:rest" where ns is a valid namespace, it returns ns and the fencing
+// counter that namespace ns's Client keeps for its lock rest. That Client's
+// lock hash is the key name, but its companions (fencing counter, queue,
+// forced set, channels) are not this name's: the two are not one lock.
+func TenantFence(name string) (ns, fence string, ok bool) {
+	ns, rest, found := strings.Cut(name, ":")
+	if !found || rest == "" {
+		return "", "", false
+	}
+	s, err := NewSpace(ns)
+	if err != nil {
+		return "", "", false
+	}
+	return ns, s.For(rest).Fence, true
+}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,6 +228,9 @@ func (p *Mutex) Force(ctx context.Context) (bool, error) {
 	a := &p.e.Args
 	keys := []any{p.ks.Lock, p.ks.Fence, p.ks.Queue, p.ks.Forced}
 	n, _, err := wire.Go(p.e.Wire, ctx, func(ctx context.Context) (int64, error) {
+		if err := p.notTenants(ctx); err != nil {
+			return 0, err
+		}
 		return scriptForce.Run(ctx, p.e.Wire, keys, a.ClaimMs, a.FenceTTLMs).Int64()
 	}, nil)
 	switch {
@@ -238,6 +242,31 @@ func (p *Mutex) Force(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%w: %q is a hash whose fields are not a lock's (owners with hold counts); left as it is", lease.ErrNotLock, p.name)
 	}
 	return n == 1, nil
+}
+
+// notTenants refuses to force, from a Client without a namespace, a name
+// "ns:rest" that namespace ns's Client uses as its lock rest (its fencing
+// counter exists): the hash is the same key, but the holder would not be
+// told (its forced set and channel are the tenant's), its queue would not
+// be served, and a later grant here would take a token from another
+// counter than the tenant's, below tokens the tenant already issued.
+func (p *Mutex) notTenants(ctx context.Context) error {
+	if p.e.Cfg.Space.Prefix() != "" {
+		return nil
+	}
+	ns, fence, ok := keys.TenantFence(p.name)
+	if !ok {
+		return nil
+	}
+	n, err := p.e.Wire.Redis().Exists(ctx, fence).Result()
+	switch {
+	case err != nil:
+		return err
+	case n > 0:
+		return fmt.Errorf("%w: %q is the lock %q of namespace %q (%s exists): force it with a Client of that namespace (WithNamespace, the CLI's --namespace)",
+			lease.ErrInvalidArgument, p.name, strings.TrimPrefix(p.name, ns+":"), ns, fence)
+	}
+	return nil
 }
 
 // force.lua's replies for a key that is not a lock (NOT_HASH, NOT_LOCK).
