@@ -6,10 +6,12 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlockgocron"
@@ -449,4 +451,104 @@ func TestElectorOneInstanceRunsJobs(t *testing.T) {
 	}
 	t.Logf("leader %d, then %d (%v after Close), then %d (%v after Resign)",
 		leader, next.instance, next.at.Sub(closing), last, time.Since(resigning))
+}
+
+// gocron's Shutdown gives up on a job still running after StopTimeout, and
+// the documented order then closes the Locker: Close returns, leaving the
+// running job's hold to its Unlock. It waited for that job, for as long as
+// it ran.
+func TestLockerCloseDoesNotWaitForRunningJob(t *testing.T) {
+	c := newClient(t)
+	l, err := dlockgocron.NewLocker(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(l), gocron.WithStopTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	if _, err := s.NewJob(gocron.DurationJob(time.Hour), gocron.NewTask(func() {
+		started <- struct{}{}
+		<-release
+	}), gocron.WithName("stuck"), gocron.WithStartAt(gocron.WithStartImmediately())); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	<-started
+	if err := s.Shutdown(); !errors.Is(err, gocron.ErrStopJobsTimedOut) {
+		t.Fatalf("Shutdown: %v, want it to give up on the running job", err)
+	}
+	closed := make(chan struct{})
+	go func() { _ = l.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Error("Locker.Close waited for a job the scheduler's shutdown gave up on")
+	}
+	close(release)
+	<-closed
+}
+
+// With an Elector, gocron starts jobs on IsLeader alone and cancels none:
+// when the leader is cut off from Redis, another instance is elected and
+// runs the same job. A job that watches LeaderContext stops no later than
+// the leadership could have expired in Redis, so the runs never overlap.
+func TestElectorLeaderContextEndsTheRunBeforeAnotherLeads(t *testing.T) {
+	const watchdog = 300 * time.Millisecond
+	p := testenv.NewFaultProxy(t, shared.Addr())
+	rdbA := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdbA.Close() })
+	cA, err := dlock.New(rdbA, dlock.WithWatchdogTimeout(watchdog), dlock.WithCleanupTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cA.Close() })
+	cB := newClient(t, dlock.WithWatchdogTimeout(watchdog))
+	var running, most atomic.Int32
+	var starts [2]atomic.Int32
+	start := func(i int, c *dlock.Client) {
+		e, err := dlockgocron.NewElector(c, "leader-context")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		task := func() {
+			lead := e.LeaderContext()
+			starts[i].Add(1)
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			select {
+			case <-time.After(2 * time.Second):
+			case <-lead.Done():
+			}
+			running.Add(-1)
+		}
+		s, stop := newScheduler(t, gocron.WithDistributedElector(e), gocron.WithStopTimeout(5*time.Second))
+		if _, err := s.NewJob(gocron.DurationJob(100*time.Millisecond), gocron.NewTask(task),
+			gocron.WithName("report"), gocron.WithSingletonMode(gocron.LimitModeReschedule)); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(stop)
+	}
+	start(0, cA)
+	waitUntil(t, "A's first run", func() bool { return starts[0].Load() > 0 })
+	start(1, cB)
+	p.Blackhole()
+	waitUntil(t, "B's first run", func() bool { return starts[1].Load() > 0 })
+	if most.Load() > 1 {
+		t.Errorf("the job ran on A and B at once after A's leadership was lost")
+	}
+}
+
+// waitUntil polls cond until it holds, for at most 30s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }

@@ -53,9 +53,12 @@
 //     Align the schedules (gocron.WithStartAt on a rounded time, or cron
 //     jobs) and set HoldAtLeast above the expected skew.
 //   - That a job stops when its lock or leadership is lost: gocron does not
-//     cancel a running job. A job that must not overlap another instance's
-//     run watches Locker.HoldContext, and passes dlock fencing tokens to the
-//     resources it writes when even that is not enough.
+//     cancel a running job, and with an Elector a new leader may start the
+//     same job while the old one's run goes on. A job that must not overlap
+//     another instance's run watches Locker.HoldContext (with a Locker) or
+//     Elector.LeaderContext (with an Elector: gocron then consults no
+//     Locker), and passes dlock fencing tokens to the resources it writes
+//     when even that is not enough.
 //   - Anything when Redis loses data (a failover to a replica that missed
 //     the grant, a restart without persistence): see the dlock package doc.
 package dlockgocron

@@ -150,7 +150,9 @@ func (e *Elector) run(ctx context.Context) {
 // is seen here no later than the election's lock could have expired in
 // Redis, so two instances never both get nil for overlapping leaderships
 // while Redis keeps its data. A job that IsLeader let start is not stopped
-// when the leadership ends during the run. Safe for concurrent use.
+// when the leadership ends during the run: another instance may then be
+// elected and start the same job while it still runs. A job that must not
+// overlap watches LeaderContext. Safe for concurrent use.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalidArgument)
@@ -165,6 +167,25 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 		return fmt.Errorf("%w: campaign stopped: %w", ErrNotLeader, stopped)
 	}
 	return ErrNotLeader
+}
+
+// LeaderContext returns the current leadership's context: a job that
+// IsLeader let start calls it first and stops its work once the context is
+// done, which is no later than the election's lock could have expired in
+// Redis (gocron consults no Locker once an Elector is set, so this is the
+// job's only news of a lost leadership). When this instance does not lead,
+// the context is already cancelled with cause ErrNotLeader. Safe for
+// concurrent use.
+func (e *Elector) LeaderContext() context.Context {
+	e.mu.Lock()
+	lead := e.lead
+	e.mu.Unlock()
+	if lead != nil && lead.Err() == nil {
+		return lead
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotLeader)
+	return ctx
 }
 
 // Close stops campaigning: it resigns the leadership if this instance leads

@@ -118,7 +118,11 @@ type Locker struct {
 	closed  bool
 	running map[string]*Lock // key -> the hold of the job now running
 	stop    chan struct{}    // closed by Close: release kept locks at once
-	wg      sync.WaitGroup
+	// releases counts the releases HoldAtLeast keeps for later, which
+	// Close waits for. A running job's watch is not counted: it ends with
+	// the hold, at the job's Unlock or the Client's Close, and Close must
+	// not wait for a job that the scheduler's shutdown gave up on.
+	releases sync.WaitGroup
 }
 
 // NewLocker returns a Locker taking its locks through c. A nil c, a nil or
@@ -180,7 +184,6 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		return nil, ErrLockerClosed
 	}
 	l.running[key] = k
-	l.wg.Add(1)
 	l.mu.Unlock()
 	go k.watch()
 	return k, nil
@@ -206,9 +209,9 @@ func (l *Locker) HoldContext(key string) context.Context {
 }
 
 // Close releases at once every lock that HoldAtLeast still keeps, waits for
-// the Locker's goroutines, and makes later Lock calls fail with
-// ErrLockerClosed. Holds of jobs still running are left to their Unlock (or
-// to the Client's Close). Call it after the schedulers using the Locker have
+// those releases, and makes later Lock calls fail with ErrLockerClosed.
+// Holds of jobs still running are left to their Unlock (or to the Client's
+// Close): Close does not wait for them. Call it after the schedulers using the Locker have
 // been shut down. Idempotent; safe for concurrent use.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -217,7 +220,7 @@ func (l *Locker) Close() error {
 		close(l.stop)
 	}
 	l.mu.Unlock()
-	l.wg.Wait()
+	l.releases.Wait()
 	return nil
 }
 
@@ -236,7 +239,6 @@ type Lock struct {
 // watch reports a loss of the hold (before its release) and ends with the
 // hold.
 func (k *Lock) watch() {
-	defer k.l.wg.Done()
 	<-k.m.Done()
 	if err := k.m.Err(); err != nil {
 		k.cancel(err)
@@ -281,7 +283,7 @@ func (k *Lock) unlock(ctx context.Context) error {
 		_ = k.m.Unlock(ctx) // frees the handle; returns the loss again
 		return err
 	}
-	l.wg.Add(1)
+	l.releases.Add(1)
 	l.mu.Unlock()
 	go k.releaseLater(context.WithoutCancel(ctx), remaining)
 	return nil
@@ -290,7 +292,7 @@ func (k *Lock) unlock(ctx context.Context) error {
 // releaseLater releases the lock after d, at once when the Locker is closed
 // or the hold ended (lost) meanwhile.
 func (k *Lock) releaseLater(ctx context.Context, d time.Duration) {
-	defer k.l.wg.Done()
+	defer k.l.releases.Done()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
