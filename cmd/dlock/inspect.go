@@ -271,7 +271,7 @@ func printState(w io.Writer, st lockState) {
 		fmt.Fprintf(w, "%s: locked, expires in %v", name, time.Duration(st.TTLms)*time.Millisecond)
 	}
 	if st.Mode != "" {
-		fmt.Fprintf(w, ", read-write lock in %s mode", st.Mode)
+		fmt.Fprintf(w, ", read-write lock in %s mode", printable(st.Mode))
 	}
 	if st.Token != 0 {
 		fmt.Fprintf(w, ", last fencing token %d", st.Token)
