@@ -38,8 +38,11 @@
 //     Redis keeps its data; a leader that crashes or is cut off is replaced
 //     within the Client's watchdog timeout, one that closes its Elector or
 //     Client at once (the leadership is handed over). The Elector campaigns
-//     again after losing the leadership.
-//   - Close (Locker and Elector) stops every goroutine the type started.
+//     again after losing the leadership. LeaderContext is done no later
+//     than the leadership could have ended in Redis.
+//   - Close (Locker and Elector) stops every goroutine the type started,
+//     but for a running job's watch of its hold, which ends with the hold
+//     (at the job's Unlock, or the Client's Close).
 //
 // # What is not guaranteed
 //
