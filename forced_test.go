@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -68,5 +69,34 @@ func TestForceUnlockTellsTheHolderAtOnce(t *testing.T) {
 			}
 			t.Logf("force → told: %v", told)
 		})
+	}
+}
+
+// A holder with a fixed lease has no renewal to learn of a ForceUnlock
+// from: a "forced" message sent before its Client's channel was confirmed
+// (the force right after the grant, while the SUBSCRIBE is on its way) is
+// not heard, so the hold asks Redis once the channel is confirmed. Before,
+// it believed it held until its lease ended, beside the next holder.
+func TestForcedFixedLeaseToldWhenItsChannelIsConfirmed(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	for i := range 5 {
+		holder, operator := newClient(t, r), newClient(t, r)
+		name := fmt.Sprintf("forced:fixed-at-once:%d", i)
+		m := holder.Mutex(name)
+		if ok, err := m.TryLock(ctx, 0, time.Minute); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := operator.Mutex(name).ForceUnlock(ctx); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		select {
+		case <-m.Done():
+		case <-ctx.Done():
+			t.Fatalf("round %d: the evicted holder of a fixed lease was never told", i)
+		}
+		if !errors.Is(m.Err(), ErrForced) {
+			t.Errorf("round %d: the evicted holder's loss: %v, want ErrForced", i, m.Err())
+		}
 	}
 }

@@ -131,6 +131,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		ReadyTimeout:  cfg.Recheck,
 		CloseWait:     cfg.CloseTimeout,
 		Forced:        e.forced,
+		Heard:         e.heard,
 		Log:           cfg.Logger,
 		Sharded:       cfg.Sharded,
 		ClientID:      cfg.ClientID,

@@ -27,49 +27,109 @@ func (e *Engine) forced(lockKey string) {
 	}
 }
 
+// heard is the hub's callback when the client channel is confirmed, the
+// first time or after a reconnect: a "forced" message sent before it was
+// not heard, so every hold with a fixed lease asks Redis once. It has no
+// renewal that would tell it otherwise before its end; a hold the watchdog
+// renews learns at its next renewal. It runs on the hub's reader goroutine
+// and does not block.
+func (e *Engine) heard() {
+	e.mu.Lock()
+	var hs []*Lease
+	for _, head := range e.byKey {
+		for h := head; h != nil; h = h.sameKey {
+			hs = append(hs, h)
+		}
+	}
+	e.mu.Unlock()
+	for _, h := range hs {
+		h.mu.Lock()
+		fixed := h.lease > 0
+		h.mu.Unlock()
+		if fixed {
+			h.recheck()
+		}
+	}
+}
+
 // recheck renews h once, now, in the background: a lock still held is
 // renewed (and the renewal vouches for it), one forced away is lost with
 // ErrForced. At most one recheck of a hold is in flight; messages that come
-// meanwhile are answered by it. A recheck that meets a release or re-entry
-// in flight is skipped: that call's reply tells the same.
+// meanwhile make one more follow it, since the one in flight may have been
+// answered before the force they tell of. A recheck that meets a release
+// or re-entry in flight is skipped: that call's reply tells the same.
 func (h *Lease) recheck() {
-	if !h.rechecking.CompareAndSwap(false, true) {
+	for {
+		switch s := h.rechecks.Load(); {
+		case s == recheckIdle && h.rechecks.CompareAndSwap(s, recheckRunning):
+			h.e.Detach(func(ctx context.Context) {
+				for {
+					h.recheckOnce(ctx)
+					if h.rechecks.CompareAndSwap(recheckRunning, recheckIdle) {
+						return
+					}
+					// Asked again meanwhile (only recheck moves running to
+					// again, and only this goroutine leaves again).
+					h.rechecks.Store(recheckRunning)
+				}
+			})
+			return
+		case s == recheckRunning && h.rechecks.CompareAndSwap(s, recheckAgain), s == recheckAgain:
+			return
+		}
+	}
+}
+
+// The states of Lease.rechecks.
+const (
+	recheckIdle int32 = iota
+	recheckRunning
+	recheckAgain
+)
+
+// recheckOnce is one recheck (recheck).
+func (h *Lease) recheckOnce(ctx context.Context) {
+	if !h.tryTurn() {
 		return
 	}
-	h.e.Detach(func(ctx context.Context) {
-		defer h.rechecking.Store(false)
-		if !h.tryTurn() {
-			return
-		}
-		defer h.endTurn()
-		h.mu.Lock()
-		ended, lease, until := h.ended, h.lease, h.until
-		h.mu.Unlock()
-		ttl := h.e.Cfg.Watchdog
-		if lease > 0 {
-			// A fixed lease keeps its end: the renewal only asks.
-			ttl = time.Until(until)
-		}
-		if ended || ttl <= 0 {
-			return
-		}
-		code, sent, err := h.renewOnce(ctx, ttl)
-		switch {
-		case err != nil:
-			// The watchdog and the local deadline carry on as before.
-		case code == renew.Held && lease <= 0:
-			h.Renewed(sent)
-		case code != renew.Held:
-			h.Lost(code)
-		}
-	})
+	defer h.endTurn()
+	h.mu.Lock()
+	ended, lease, until := h.ended, h.lease, h.until
+	h.mu.Unlock()
+	ttl := h.e.Cfg.Watchdog
+	if lease > 0 {
+		// A fixed lease keeps its end: the renewal only asks.
+		ttl = time.Until(until)
+	}
+	if ended || ttl <= 0 {
+		return
+	}
+	code, sent, err := h.renewCall(ctx, ttl, true)
+	switch {
+	case err != nil:
+		// The watchdog and the local deadline carry on as before.
+	case code == renew.Held && lease <= 0:
+		h.Renewed(sent)
+	case code != renew.Held:
+		h.Lost(code)
+	}
 }
 
 // renewOnce renews h's lock for ttl with one call of its own, outside the
 // watchdog's batches, and returns the renewal's code and when it was sent.
 func (h *Lease) renewOnce(ctx context.Context, ttl time.Duration) (int64, time.Time, error) {
+	return h.renewCall(ctx, ttl, false)
+}
+
+// renewCall is renewOnce; asking, it only asks whether h still holds (a
+// recheck): it writes no record of a long hold, which a hold that was
+// never renewed has none of.
+func (h *Lease) renewCall(ctx context.Context, ttl time.Duration, asking bool) (int64, time.Time, error) {
 	e := h.p.Renewal(h)
 	e.Holder, e.Since = h, h.start.UnixMilli()
+	if asking {
+		e.Since = 0
+	}
 	sent := time.Now()
 	codes, err := h.e.Cfg.Renew(ctx, h.e.Wire, []*renew.Entry{&e}, []int64{ms(ttl)})
 	if err != nil {

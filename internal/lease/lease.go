@@ -67,8 +67,9 @@ type Lease struct {
 	q Queueing
 	// rel is the release in flight, for its Undo (releaseUndo).
 	rel release
-	// rechecking: a recheck (forced.go) is in flight.
-	rechecking atomic.Bool
+	// rechecks is forced.go's recheck state: idle, one in flight, or one
+	// in flight and another asked for since it was sent.
+	rechecks atomic.Int32
 
 	// The local deadline's place in the Engine's deadlines (guarded by
 	// their lock).

@@ -56,6 +56,7 @@ type Hub struct {
 	clientChannel string
 	linger        time.Duration
 	forced        func(lockKey string)
+	heard         func()
 
 	listening atomic.Bool // ps is open: Listen's fast path
 
@@ -119,7 +120,11 @@ type Config struct {
 	// was forced away (keys.ForcedMessage). It must not block, and it must
 	// treat the message as a hint to check Redis: anyone may send it.
 	Forced func(lockKey string)
-	Log    *slog.Logger // required
+	// Heard, when set, is called on the reader goroutine each time the
+	// client channel is confirmed, the first time and after a reconnect:
+	// a "forced" message sent before was not heard. It must not block.
+	Heard func()
+	Log   *slog.Logger // required
 	// Sharded, when set, makes the Hub subscribe with SSUBSCRIBE through
 	// this Cluster client (sharded.go): a lock's channel in its own shard,
 	// and this client's channel once per slot it waits in
@@ -143,6 +148,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 		clientChannel: cfg.ClientChannel,
 		linger:        cfg.Linger,
 		forced:        cfg.Forced,
+		heard:         cfg.Heard,
 		readyTimeout:  cfg.ReadyTimeout,
 		closeWait:     cfg.CloseWait,
 		chans:         make(map[string]*channel),
@@ -509,6 +515,9 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 }
 
 func (h *Hub) confirmed(name string, again bool) {
+	if name == h.clientChannel && h.heard != nil {
+		h.heard()
+	}
 	h.mu.Lock()
 	restored := false
 	if name == h.clientChannel {

@@ -54,7 +54,7 @@ type Entry struct {
 	Set    string        // a second key of the same slot Func may need ("" if none)
 	Fence  string        // the lock's fencing counter ("" if none)
 	Forced string        // the lock's record of forced-out owners ("" if none)
-	Since  int64         // when the hold was granted, ms since the epoch
+	Since  int64         // when the hold was granted, ms since the epoch; 0: write no record of a long hold
 	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
 	// Renewals counts the entry's renewals so far: the Renewer writes it
