@@ -70,7 +70,7 @@ func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*re
 		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)
 		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), rec
 	}
-	res, err := scriptRenew.Run(ctx, w, keyArgs, args...).Int64Slice()
+	res, err := scriptRenew.RunDroppable(ctx, w, keyArgs, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -113,8 +113,21 @@ func (s *Script) IntCall(buf []any, keys []any, args ...any) *Call {
 // once ctx is done, a command failed with ctx's cause (the call itself goes
 // on, unobserved). keys and args are boxed by the caller.
 func (s *Script) Run(ctx context.Context, w *Wire, keys []any, args ...any) *redis.Cmd {
+	return s.run(ctx, w, false, keys, args)
+}
+
+// RunDroppable is Run for a call that is not sent at all once ctx is done
+// before it is: a renewal, which must not extend a hold after its caller
+// stopped waiting for it (the holder may have been told the hold is lost
+// meanwhile).
+func (s *Script) RunDroppable(ctx context.Context, w *Wire, keys []any, args ...any) *redis.Cmd {
+	return s.run(ctx, w, true, keys, args)
+}
+
+func (s *Script) run(ctx context.Context, w *Wire, droppable bool, keys []any, args []any) *redis.Cmd {
 	cmd := s.Cmd(keys, args...)
 	cl := NewCall(cmd, s)
+	cl.Droppable = droppable
 	if left, err := w.Do(ctx, cl); left {
 		failed := redis.NewCmd(ctx)
 		failed.SetErr(err)

@@ -74,3 +74,46 @@ func TestScriptSHAFromRedis(t *testing.T) {
 		})
 	}
 }
+
+// A droppable call whose ctx is done before it is sent is not sent (a
+// renewal its caller stopped waiting for); a plain Run call is sent all the
+// same, and its reply discarded.
+func TestRunDroppableIsNotSentOnceCtxIsDone(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := NewScript("return 1")
+	w := New(rdb, time.Second, false)
+	defer w.Stop()
+	if err := s.Run(ctx, w, []any{"k"}).Err(); err != nil { // loads it
+		t.Fatal(err)
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	for _, tc := range []struct {
+		droppable bool
+		want      int64
+	}{{true, 0}, {false, 1}} {
+		if err := r.ResetStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var cmdErr error
+		if tc.droppable {
+			cmdErr = s.RunDroppable(done, w, []any{"k"}).Err()
+		} else {
+			cmdErr = s.Run(done, w, []any{"k"}).Err()
+		}
+		if cmdErr == nil {
+			t.Errorf("droppable=%v: no error with a done ctx", tc.droppable)
+		}
+		<-w.Drain()
+		st, err := r.CommandStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st["evalsha"] != tc.want {
+			t.Errorf("droppable=%v with a done ctx: %d EVALSHA sent, want %d", tc.droppable, st["evalsha"], tc.want)
+		}
+	}
+}
