@@ -153,7 +153,9 @@ unreachable at start.`,
 			}
 			defer c.Close()
 			d := newDashboard(rdb, c, t.where(), f)
-			srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+			// A client that sends slowly, or keeps an idle connection, is cut off:
+			// the server is reachable by whatever else runs on the machine.
+			srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			fmt.Fprintf(a.stdout, "dlock dashboard on %s (Redis %s%s); Ctrl-C stops it\n", f.hosts.pageURL(ln.Addr()), t.where(), map[bool]string{true: ", force unlock allowed", false: ", read-only"}[f.allowUnlock])
