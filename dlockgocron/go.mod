@@ -5,13 +5,13 @@ go 1.25.0
 require (
 	github.com/dlock-dev/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
+	github.com/redis/go-redis/v9 v9.22.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
