@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
 // A waiter of another Client pops its hand-off from its box: the release
@@ -88,15 +89,7 @@ func TestHandoffPopRefused(t *testing.T) {
 		waitFor(t, "the waiter queued", func() bool {
 			return r.NewClient(t).LLen(ctx, c.Mutex(name).p.Keys().Queue).Val() == 1
 		})
-		if err := r.ResetStats(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Unlock(actx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("round %d: the waiter: %v", round, err)
-		}
+		releaseToWaiter(t, ctx, r, a, actx, got, round)
 		if s := commands(t, r); round == 1 && (s["rpush"] != 0 || s["publish"] == 0) {
 			t.Errorf("round 2: the hand-off ran %v, want a message (the Client no longer pops)", s)
 		}
@@ -127,15 +120,7 @@ func TestHandoffPopSurvivesUnblock(t *testing.T) {
 			}
 			waitFor(t, "the waiter's next pop", func() bool { return commands(t, r)["blpop"] >= 2 && popClient(t, rdb) != "" })
 		}
-		if err := r.ResetStats(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Unlock(actx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("round %d: the waiter: %v", round, err)
-		}
+		releaseToWaiter(t, ctx, r, a, actx, got, round)
 		if s := commands(t, r); s["rpush"] != 1 {
 			t.Errorf("round %d: the hand-off and the waiter's release ran %v, want the grant put in the box", round, s)
 		}
@@ -152,6 +137,21 @@ func lockUnlockAside(ctx context.Context, c *Client, name string) <-chan error {
 		got <- lockUnlock(wctx, c, name, 1)
 	}()
 	return got
+}
+
+// releaseToWaiter resets r's stats, unlocks a's hold and waits for the
+// waiter's outcome on got.
+func releaseToWaiter(t *testing.T, ctx context.Context, r *testenv.Redis, a *Mutex, actx context.Context, got <-chan error, round int) {
+	t.Helper()
+	if err := r.ResetStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(actx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("round %d: the waiter: %v", round, err)
+	}
 }
 
 // popClient is the id of the client blocked in a BLPOP, or "".
