@@ -236,3 +236,47 @@ func TestDefaultClientIDNamesHostAndProcess(t *testing.T) {
 		}
 	}
 }
+
+// neverFallback is a fallback tier that no test here reaches.
+type neverFallback struct{}
+
+func (neverFallback) Backend() string { return "never" }
+func (neverFallback) Run(context.Context, FallbackRequest, func(context.Context) error) error {
+	return errors.New("the fallback tier was reached")
+}
+
+// A nil ctx is an invalid argument for WithLock with a fallback tier too:
+// it reached the tier, which read the nil ctx and panicked.
+func TestWithLockNilContextWithFallback(t *testing.T) {
+	c, err := New(unreachable(t), WithFallback(neverFallback{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	//lint:ignore SA1012 testing the nil check
+	if err := c.WithLock(nil, "fine", func(context.Context) error { return nil }); !errors.Is(err, ErrInvalidArgument) { //nolint:staticcheck
+		t.Errorf("WithLock with a nil ctx: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A MultiLock with a member of a closed Client fails with ErrClosed before
+// any member is taken: it took the members before it, then rolled them back.
+func TestMultiLockClosedMemberBeforeAnyCall(t *testing.T) {
+	ctx := ctxT(t)
+	open := newClient(t, shared)
+	closed, err := New(rdbFor(t, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := commands(t, shared)["evalsha"]
+	ml := open.MultiLock(open.Mutex("multi:closed:a"), closed.Mutex("multi:closed:b"))
+	if err := ml.Lock(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("MultiLock with a closed member: %v, want ErrClosed", err)
+	}
+	if n := commands(t, shared)["evalsha"] - before; n != 0 {
+		t.Errorf("%d scripts ran before the closed member was found, want none", n)
+	}
+}

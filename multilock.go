@@ -98,6 +98,13 @@ func (ml *MultiLock) check(ctx context.Context, lease time.Duration) error {
 	case ml.c.e.Closed():
 		return ErrClosed
 	}
+	// Each member's own Client may be closed: told before any member is
+	// taken over the network.
+	for _, m := range ml.members {
+		if err := m.member().Check(ctx, lease); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

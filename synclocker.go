@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -26,15 +28,24 @@ import (
 // itself. onError may be nil (errors are then dropped); it is called from
 // the goroutine calling Lock or Unlock. The returned Locker is safe for
 // concurrent use, with l's semantics (a Mutex admits one holder at a time).
+//
+// A nil l (or a nil *Mutex, *FairMutex or *RWMutex in it) is an invalid
+// argument like an invalid name: Lock blocks for good, reporting
+// ErrInvalidArgument, and Unlock reports it.
 func SyncLocker(l Locker, onError func(error)) sync.Locker {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &syncLocker{l: l, onError: onError}
+	s := &syncLocker{l: l, onError: onError}
+	if l == nil || reflect.ValueOf(l).Kind() == reflect.Pointer && reflect.ValueOf(l).IsNil() {
+		s.err = fmt.Errorf("%w: SyncLocker of a nil Locker", ErrInvalidArgument)
+	}
+	return s
 }
 
 type syncLocker struct {
 	l       Locker
+	err     error // a nil l: every call reports it
 	onError func(error)
 }
 
@@ -47,7 +58,10 @@ const (
 func (s *syncLocker) Lock() {
 	backoff := syncLockerMinBackoff
 	for {
-		err := s.l.Lock(context.Background())
+		err := s.err
+		if err == nil {
+			err = s.l.Lock(context.Background())
+		}
 		if err == nil {
 			return
 		}
@@ -58,6 +72,10 @@ func (s *syncLocker) Lock() {
 }
 
 func (s *syncLocker) Unlock() {
+	if s.err != nil {
+		s.onError(s.err)
+		return
+	}
 	if err := s.l.Unlock(context.Background()); err != nil {
 		s.onError(err)
 	}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,4 +88,25 @@ func TestSyncLockerRetriesThroughOutage(t *testing.T) {
 		t.Fatalf("IsLocked = %v, %v after Lock returned", held, err)
 	}
 	l.Unlock()
+}
+
+// A nil Locker is an invalid argument, not a panic: Lock reports
+// ErrInvalidArgument (and blocks for good, as with an invalid name: the
+// test's onError ends its goroutine), and Unlock reports it.
+func TestSyncLockerOfNilReportsInsteadOfPanicking(t *testing.T) {
+	for _, l := range []Locker{nil, (*Mutex)(nil)} {
+		errs := make(chan error, 1)
+		locking := SyncLocker(l, func(err error) {
+			errs <- err
+			runtime.Goexit() // the Lock never returns
+		})
+		go locking.Lock()
+		if err := <-errs; !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Lock of SyncLocker(%T): %v, want ErrInvalidArgument", l, err)
+		}
+		SyncLocker(l, func(err error) { errs <- err }).Unlock()
+		if err := <-errs; !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Unlock of SyncLocker(%T): %v, want ErrInvalidArgument", l, err)
+		}
+	}
 }

@@ -170,7 +170,10 @@ func LeaseTime(d time.Duration) LockOption {
 // far, or nil). It returns within moments of ctx being done, whatever Redis
 // does. It is safe for concurrent use.
 func (c *Client) WithLock(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error {
-	if fn == nil {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case fn == nil:
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
 	req, err := resolve(name, opts)
