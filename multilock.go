@@ -30,7 +30,8 @@ import (
 //     members may live in different Redis Cluster slots.
 //
 // Each member keeps its own renewal, fencing token and loss signal (ask the
-// member). With a lease, each member's lease starts at its own grant.
+// member); LockContext and TryLockContext return one context that carries
+// every member's hold and ends as soon as any of them ends. With a lease, each member's lease starts at its own grant.
 // Holding taken members while waiting for the next is safe because of the
 // sorted order; it is not all-at-once atomic: another process may see some
 // members held for a moment before this one gives them back.
@@ -127,6 +128,56 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 	}
 	_, err := ml.acquire(ctx, 0, 0, true)
 	return err
+}
+
+// LockContext is Lock returning a context that carries every member's hold
+// (TokenFrom gives the last member's token; each member's own is its
+// handle's) and is cancelled, with that hold's cause, as soon as any member's
+// hold ends: lost (ErrLockLost), or released. Unlock with it releases
+// exactly those holds. While a member is awaited, the holds already taken
+// end the wait when one of them is lost.
+func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
+	return ml.lockContext(ctx, lease.Request{Forever: true})
+}
+
+// TryLockContext is TryLock returning the context LockContext does; when
+// the wait runs out it returns an error wrapping ErrWaitTimeout, having
+// released whatever it took.
+func (ml *MultiLock) TryLockContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
+	return ml.lockContext(ctx, request(wait, lease))
+}
+
+// lockContext takes the members in order, each with the context of the
+// holds taken before it (so that the last one carries them all, and ends
+// with any of them).
+func (ml *MultiLock) lockContext(ctx context.Context, req lease.Request) (hctx context.Context, err error) {
+	if err := ml.check(ctx, req.Lease); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name); finish != nil {
+		defer func() {
+			finish(lease.Acquisition{Kind: lease.KindMulti, Name: ml.name, Acquired: err == nil, TimedOut: errors.Is(err, ErrWaitTimeout),
+				Err: err, Waited: time.Since(start), Weight: 1})
+		}()
+	}
+	deadline := start.Add(req.Wait)
+	hctx = ctx
+	for i, m := range ml.members {
+		r := req
+		if !r.Forever && r.Wait > 0 {
+			r.Wait = max(time.Until(deadline), 0) // at least one attempt each
+		}
+		next, err := lockContext(hctx, m.member(), r)
+		if err != nil {
+			if rerr := ml.release(hctx, ml.members[:i]); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			return nil, err
+		}
+		hctx = next
+	}
+	return hctx, nil
 }
 
 func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration, forever bool) (ok bool, err error) {

@@ -188,3 +188,51 @@ func TestContentionMulti(t *testing.T) {
 		return familyHold{l: c.MultiLock(ls...)}
 	})
 }
+
+// LockContext's context carries every member's hold and ends, with that
+// hold's cause, when any one of them is lost; Unlock with it answers the
+// loss and releases the others. TryLockContext is all or nothing, with
+// ErrWaitTimeout when a member stays taken.
+func TestMultiLockContextEndsWithAnyMember(t *testing.T) {
+	ctx := ctxT(t)
+	c, other := newClient(t, shared), newClient(t, shared)
+	rdb := rdbFor(t, shared)
+	ml := c.MultiLock(c.Mutex("multi:ctx:b"), c.RWMutex("multi:ctx:a").RLocker(), c.Mutex("multi:ctx:c"))
+	hctx, err := ml.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ml.Names() {
+		if TokenFrom(hctx) == 0 || rdb.Exists(ctx, name).Val() != 1 {
+			t.Fatalf("%s not held under the MultiLock's context", name)
+		}
+	}
+	if held, err := other.Mutex("multi:ctx:b").ForceUnlock(ctx); !held || err != nil {
+		t.Fatalf("ForceUnlock: %v, %v", held, err)
+	}
+	<-hctx.Done()
+	if cause := context.Cause(hctx); !errors.Is(cause, ErrLockLost) {
+		t.Errorf("the context's cause: %v, want the member's loss", cause)
+	}
+	if err := ml.Unlock(hctx); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Unlock after a member's loss: %v, want ErrLockLost", err)
+	}
+	// The context is done, so their releases went on in the background.
+	for _, name := range []string{"multi:ctx:a", "multi:ctx:c"} {
+		waitFor(t, name+" released", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+	}
+
+	// All or nothing: c is taken elsewhere, so a and b are given back.
+	if err := other.Mutex("multi:ctx:c").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ml.TryLockContext(ctx, 50*time.Millisecond, 0); !errors.Is(err, ErrWaitTimeout) {
+		t.Errorf("TryLockContext with a member taken elsewhere: %v, want ErrWaitTimeout", err)
+	}
+	for _, name := range []string{"multi:ctx:a", "multi:ctx:b"} {
+		waitFor(t, name+" given back", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+	}
+	if err := other.Mutex("multi:ctx:c").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
