@@ -277,7 +277,12 @@ func newProgress(w io.Writer, total int) *progress {
 	return p
 }
 
-func (p *progress) set(done int) { p.done.Store(int64(done)) }
+// set records done requests; the workers report concurrently and out of
+// order, so the bar keeps the highest count (the last draw shows them all).
+func (p *progress) set(done int) {
+	for d := p.done.Load(); int64(done) > d && !p.done.CompareAndSwap(d, int64(done)); d = p.done.Load() {
+	}
+}
 
 func (p *progress) draw() {
 	const width = 40

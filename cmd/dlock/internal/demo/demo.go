@@ -52,7 +52,8 @@ type Config struct {
 	Wait time.Duration
 	// ClientOptions are passed to every dlock.New (e.g. an Observer).
 	ClientOptions []dlock.Option
-	// Progress, when set, is called after each request with the number done.
+	// Progress, when set, is called after each request with the number done,
+	// from the workers concurrently: calls may come out of order.
 	Progress func(done int)
 }
 

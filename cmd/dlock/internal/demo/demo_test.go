@@ -48,7 +48,12 @@ func TestEmbedded(t *testing.T) {
 	for _, mode := range []string{"lock", "no-lock", "fair"} {
 		cfg := Config{Servers: 2, Workers: 4, Stock: 30, Requests: 60, NoLock: mode == "no-lock", Fair: mode == "fair"}
 		var progress atomic.Int64
-		cfg.Progress = func(n int) { progress.Store(int64(n)) }
+		// Workers report concurrently, so the calls may come out of order:
+		// the highest count seen is the one that must reach 60.
+		cfg.Progress = func(n int) {
+			for p := progress.Load(); int64(n) > p && !progress.CompareAndSwap(p, int64(n)); p = progress.Load() {
+			}
+		}
 		r, err := Run(ctxT(t), cfg)
 		if err != nil {
 			t.Fatal(err)
