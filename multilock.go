@@ -113,20 +113,15 @@ func (ml *MultiLock) check(ctx context.Context, lease time.Duration) error {
 // for wait and lease. It returns (false, nil) when the wait ran out, having
 // released whatever it took.
 func (ml *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if err := ml.check(ctx, lease); err != nil {
-		return false, err
-	}
-	return ml.acquire(ctx, wait, lease, false)
+	_, ok, err := ml.acquire(ctx, request(wait, lease), false)
+	return ok, err
 }
 
 // Lock takes every member in watchdog mode, waiting as long as it takes or
 // until ctx is done (then it releases whatever it took and returns ctx's
 // error).
 func (ml *MultiLock) Lock(ctx context.Context) error {
-	if err := ml.check(ctx, 0); err != nil {
-		return err
-	}
-	_, err := ml.acquire(ctx, 0, 0, true)
+	_, _, err := ml.acquire(ctx, lease.Request{Forever: true}, false)
 	return err
 }
 
@@ -137,77 +132,57 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 // exactly those holds. While a member is awaited, the holds already taken
 // end the wait when one of them is lost.
 func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
-	return ml.lockContext(ctx, lease.Request{Forever: true})
+	hctx, _, err := ml.acquire(ctx, lease.Request{Forever: true}, true)
+	return hctx, err
 }
 
 // TryLockContext is TryLock returning the context LockContext does; when
 // the wait runs out it returns an error wrapping ErrWaitTimeout, having
 // released whatever it took.
 func (ml *MultiLock) TryLockContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
-	return ml.lockContext(ctx, request(wait, lease))
+	hctx, ok, err := ml.acquire(ctx, request(wait, lease), true)
+	if !ok && err == nil {
+		err = fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, ml.name, wait)
+	}
+	return hctx, err
 }
 
-// lockContext takes the members in order, each with the context of the
-// holds taken before it (so that the last one carries them all, and ends
-// with any of them).
-func (ml *MultiLock) lockContext(ctx context.Context, req lease.Request) (hctx context.Context, err error) {
+// acquire takes the members in order, all or nothing, within one wait
+// budget. With chain, each is taken with the context of the holds before it
+// (holdContext), and the last one, which carries them all and ends with any
+// of them, is returned.
+func (ml *MultiLock) acquire(ctx context.Context, req lease.Request, chain bool) (hctx context.Context, ok bool, err error) {
 	if err := ml.check(ctx, req.Lease); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	start := time.Now()
 	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name); finish != nil {
 		defer func() {
-			finish(lease.Acquisition{Kind: lease.KindMulti, Name: ml.name, Acquired: err == nil, TimedOut: errors.Is(err, ErrWaitTimeout),
+			finish(lease.Acquisition{Kind: lease.KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (req.Forever || req.Wait > 0),
 				Err: err, Waited: time.Since(start), Weight: 1})
 		}()
 	}
 	deadline := start.Add(req.Wait)
 	hctx = ctx
+	var held []context.Context // with chain: the context of each hold taken
 	for i, m := range ml.members {
 		r := req
 		if !r.Forever && r.Wait > 0 {
 			r.Wait = max(time.Until(deadline), 0) // at least one attempt each
 		}
-		next, err := lockContext(hctx, m.member(), r)
-		if err != nil {
-			if rerr := ml.release(hctx, ml.members[:i]); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-			return nil, err
-		}
-		hctx = next
-	}
-	return hctx, nil
-}
-
-func (ml *MultiLock) acquire(ctx context.Context, wait, leaseTime time.Duration, forever bool) (ok bool, err error) {
-	start := time.Now()
-	if finish := lease.ObserveAcquire(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name); finish != nil {
-		defer func() {
-			finish(lease.Acquisition{Kind: lease.KindMulti, Name: ml.name, Acquired: ok, TimedOut: !ok && err == nil && (forever || wait > 0),
-				Err: err, Waited: time.Since(start), Weight: 1})
-		}()
-	}
-	deadline := start.Add(wait)
-	for i, m := range ml.members {
-		if forever {
-			err = m.Lock(ctx)
-			ok = err == nil
-		} else {
-			left := time.Duration(0)
-			if wait > 0 {
-				left = max(time.Until(deadline), 0)
-			}
-			ok, err = m.TryLock(ctx, left, leaseTime)
-		}
-		if !ok || err != nil {
-			if rerr := ml.release(ctx, ml.members[:i]); rerr != nil && err == nil {
+		h, err := m.member().Acquire(hctx, r)
+		if err != nil || h == nil {
+			if rerr := ml.release(ctx, ml.members[:i], held); rerr != nil && err == nil {
 				err = rerr
 			}
-			return false, err
+			return nil, false, err
+		}
+		if chain {
+			hctx = holdContext(hctx, m.member(), h)
+			held = append(held, hctx)
 		}
 	}
-	return true, nil
+	return hctx, true, nil
 }
 
 // Unlock releases one hold of every member, in reverse order, and returns
@@ -238,12 +213,18 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release gives back taken members after a failed acquisition; with ctx
-// done, each release goes on in the background (see Mutex.Unlock).
-func (ml *MultiLock) release(ctx context.Context, taken []Member) error {
+// release gives back taken members after a failed acquisition, each with
+// its hold's context when held has them (a later member's context ends with
+// its release), else with ctx; with ctx done, each release goes on in the
+// background (see Mutex.Unlock).
+func (ml *MultiLock) release(ctx context.Context, taken []Member, held []context.Context) error {
 	var errs []error
 	for i := len(taken) - 1; i >= 0; i-- {
-		if err := taken[i].Unlock(ctx); err != nil {
+		c := ctx
+		if held != nil {
+			c = held[i]
+		}
+		if err := taken[i].Unlock(c); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", taken[i].Name(), err))
 		}
 	}

@@ -136,6 +136,12 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 	if h == nil {
 		return nil, fmt.Errorf("%w: %q not acquired within %v", ErrWaitTimeout, hd.Name(), req.Wait)
 	}
+	return holdContext(ctx, hd, h), nil
+}
+
+// holdContext is the context of h, just taken through hd with ctx: ctx
+// itself for a re-entry, else a context of the hold under ctx.
+func holdContext(ctx context.Context, hd *lease.Handle, h *lease.Lease) context.Context {
 	if lease.From(ctx, hd.Engine(), hd.Name()) == h {
 		// A re-entry: ctx carries the hold already, and ends with it. Its
 		// innermost grant may be another lock's, taken under this one: the
@@ -143,7 +149,7 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 		if g, ok := lease.GrantFrom(ctx); !ok || g.Name != h.Name() || g.Token != h.Token() {
 			ctx = lease.ContextWithGrant(ctx, h.Grant())
 		}
-		return ctx, nil
+		return ctx
 	}
 	parent := ctx
 	if h.Outer() != nil {
@@ -152,7 +158,7 @@ func lockContext(ctx context.Context, hd *lease.Handle, req lease.Request) (cont
 		parent = h.Outer().Parent()
 	}
 	hctx, _ := h.Context(parent)
-	return hctx, nil
+	return hctx
 }
 
 // Unlock releases one hold count: of the hold ctx carries, or else, when
