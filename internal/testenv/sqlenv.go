@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
 // sbinDirs are searched for daemons when they are not in PATH (non-root
@@ -337,7 +335,7 @@ func MainSQL(m *testing.M, pkg string, mariadb **MariaDB, postgres **Postgres, c
 		fmt.Fprintf(os.Stderr, "%s: stop SQL servers: %v\n", pkg, err)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := FindLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: goleak: %v\n", pkg, err)
 			code = 1
 		}
