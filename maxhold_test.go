@@ -98,3 +98,43 @@ func TestWithMaxHoldDefault(t *testing.T) {
 		t.Fatal("a bad MaxHold reached Redis")
 	}
 }
+
+// A nested WithLock re-enters the outer hold, and its own MaxHold bounds
+// that hold while the inner call holds it: before, the re-entry ignored it
+// and a stuck inner fn was renewed for ever. Once the inner call has
+// returned, the outer holder keeps its own (here: no) bound.
+func TestNestedWithLockMaxHold(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	c := newClient(t, r)
+	const name = "maxhold:nested"
+	err := c.WithLock(ctx, name, func(outer context.Context) error {
+		// An inner call that returns at once leaves no bound behind.
+		if err := c.WithLock(outer, name, func(context.Context) error { return nil }, MaxHold(100*time.Millisecond)); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := outer.Err(); err != nil {
+			t.Errorf("the outer hold ended by the returned inner call's MaxHold: %v", context.Cause(outer))
+		}
+		// A stuck inner call is told at its bound.
+		var inner error
+		err := c.WithLock(outer, name, func(fctx context.Context) error {
+			wait, cancel := context.WithTimeout(fctx, 10*time.Second)
+			defer cancel()
+			<-wait.Done()
+			inner = context.Cause(fctx)
+			return nil
+		}, MaxHold(200*time.Millisecond))
+		if !errors.Is(inner, ErrMaxHold) {
+			t.Errorf("the inner fn's context ended with %v, want a loss wrapping ErrMaxHold", inner)
+		}
+		if !errors.Is(err, ErrMaxHold) {
+			t.Errorf("inner WithLock = %v, want the ErrMaxHold loss", err)
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrMaxHold) {
+		t.Fatalf("outer WithLock = %v, want the loss of its one hold", err)
+	}
+}

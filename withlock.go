@@ -44,7 +44,10 @@ func Write() LockOption { return func(c *lockConfig) error { return c.setKind(Ki
 // two thirds of a watchdog timeout; unless released meanwhile, the lock
 // then expires. It is for holders that are alive but stuck, which the
 // watchdog would otherwise keep renewing for ever. It overrides the
-// Client's WithMaxHold; d must be > 0.
+// Client's WithMaxHold; d must be > 0. In a nested WithLock, which re-enters
+// the outer call's hold, d bounds that one hold from the re-entry until the
+// inner call returns: its end ends the outer call's hold too, and an inner
+// call that returned in time leaves the outer one its own bound.
 func MaxHold(d time.Duration) LockOption {
 	return func(c *lockConfig) error {
 		if d <= 0 {

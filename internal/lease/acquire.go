@@ -49,7 +49,7 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 	again, under, err := hd.inherited(ctx)
 	if err != nil || again != nil {
 		a.reentry = again != nil
-		if err = orReentered(err, again, ctx, req.Lease); err != nil {
+		if err = orReentered(err, again, ctx, req.Lease, req.MaxHold); err != nil {
 			return nil, err // a re-entry that failed is no hold
 		}
 		return again, nil
@@ -108,11 +108,11 @@ func (hd *Handle) Acquire(ctx context.Context, req Request) (h *Lease, err error
 
 // orReentered counts one more hold of again (when not nil) for a call that
 // found it in ctx.
-func orReentered(err error, again *Lease, ctx context.Context, lease time.Duration) error {
+func orReentered(err error, again *Lease, ctx context.Context, lease, maxHold time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return again.reenter(ctx, lease)
+	return again.reenter(ctx, lease, maxHold)
 }
 
 // acquisition is the waiting state machine of one new lease, the same for

@@ -51,6 +51,12 @@ type Lease struct {
 	// maxHold > 0 ends the lease at maxUntil (MaxHold, WithMaxHold).
 	maxHold  time.Duration
 	maxUntil time.Time
+	// innerMax[i] is the end a re-entry's own MaxHold set for count i+2
+	// (zero: it asked for none). It bounds the one hold while the count is
+	// at least i+2, that is until that re-entry's Unlock: a nested WithLock
+	// that asks for a bound gets it, and the outer holder keeps its own once
+	// the inner one has returned. Guarded by mu.
+	innerMax []time.Time
 
 	renewal  renew.Entry
 	renewing bool // renewal is registered with the watchdog
@@ -251,10 +257,25 @@ func (h *Lease) Failed(err error) {
 // deadline is when checkDeadline must next run: the end of the hold's
 // validity, or its MaxHold if that comes first. The caller holds h.mu.
 func (h *Lease) deadline() time.Time {
-	if h.maxHold > 0 && h.maxUntil.Before(h.validUntil) {
-		return h.maxUntil
+	if b, ok := h.bound(); ok && b.Before(h.validUntil) {
+		return b
 	}
 	return h.validUntil
+}
+
+// bound is the earliest MaxHold end that applies now: the lease's own, and
+// those of the re-entries counted still (innerMax). The caller holds h.mu.
+func (h *Lease) bound() (time.Time, bool) {
+	var b time.Time
+	if h.maxHold > 0 {
+		b = h.maxUntil
+	}
+	for i, t := range h.innerMax {
+		if i+2 <= h.count && !t.IsZero() && (b.IsZero() || t.Before(b)) {
+			b = t
+		}
+	}
+	return b, !b.IsZero()
 }
 
 // checkDeadline runs when the local deadline passes: unless renewal has moved
@@ -265,7 +286,8 @@ func (h *Lease) checkDeadline() {
 		h.mu.Unlock()
 		return
 	}
-	maxed := h.maxHold > 0 && time.Until(h.maxUntil) <= 0
+	b, bounded := h.bound()
+	maxed := bounded && time.Until(b) <= 0
 	if !maxed && time.Until(h.validUntil) > 0 {
 		h.e.deadlines.add(h, h.deadline()) // renewed meanwhile
 		h.mu.Unlock()

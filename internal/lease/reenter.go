@@ -9,10 +9,12 @@ import (
 )
 
 // reenter counts one more hold of h, which ctx carries. It never moves the
-// hold's end, in Redis or here: the scripts ignore a re-entry's TTL, so a
-// re-entry asking for another lease (or for the watchdog) leaves the holder
-// and Redis agreeing on when the hold ends.
-func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
+// hold's end in Redis: the scripts ignore a re-entry's TTL, so a re-entry
+// asking for another lease (or for the watchdog) leaves the holder and
+// Redis agreeing on when the hold ends. A maxHold > 0 bounds the hold, here,
+// while this re-entry is counted (innerMax): the holder is told when it
+// passes, as for the lease's own MaxHold.
+func (h *Lease) reenter(ctx context.Context, lease, maxHold time.Duration) error {
 	if err := h.Err(); err != nil {
 		// The hold was declared lost here, though Redis may still have it:
 		// re-entering would extend a hold that nothing renews.
@@ -61,6 +63,7 @@ func (h *Lease) reenter(ctx context.Context, lease time.Duration) error {
 	if r.Granted {
 		h.mu.Lock()
 		h.count = r.Count
+		h.boundLevel(r.Count, maxHold)
 		over := !time.Now().Before(h.deadline())
 		h.mu.Unlock()
 		if over {
@@ -84,5 +87,24 @@ func (u *reenterUndo) Undo(ctx context.Context, cmd redis.Cmder) {
 	defer h.endTurn()
 	if r, err := h.p.AttemptReply(cmd, h.rel.count); err == nil && r.Granted {
 		_, _ = h.ReleaseNow(ctx, h.rel.count+1, false)
+	}
+}
+
+// boundLevel records the MaxHold of the re-entry that made the count n
+// (innerMax), and moves the hold's deadline when that comes first. The
+// caller holds h.mu.
+func (h *Lease) boundLevel(n int, maxHold time.Duration) {
+	if n < 2 || (maxHold <= 0 && len(h.innerMax) < n-1) {
+		return // nothing recorded at or above this level to clear
+	}
+	for len(h.innerMax) < n-1 {
+		h.innerMax = append(h.innerMax, time.Time{})
+	}
+	h.innerMax[n-2] = time.Time{}
+	if maxHold > 0 {
+		h.innerMax[n-2] = time.Now().Add(maxHold)
+		if !h.ended {
+			h.e.deadlines.add(h, h.deadline())
+		}
 	}
 }
