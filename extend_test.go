@@ -186,13 +186,65 @@ func TestExtendPicksTheContextsHold(t *testing.T) {
 	_ = rw.RUnlock(second)
 }
 
-// An Extend to a shorter lease whose ctx ends before Redis answers may
-// still run (the wire sends the call all the same): the holder's deadline
-// moves to the shorter end, so it is told of the loss before another
-// Client can take the lock. It kept its earlier deadline, and two held.
-func TestAbandonedShorterExtendMovesTheDeadline(t *testing.T) {
+// Extend never shortens a TTL in Redis, so a call that lands late (its
+// caller gone, or resent by the wire) cannot cut short a later Extend's
+// lease, which would let another Client in while its holder still counts on
+// it. An Extend to less than what is left moves only the holder's deadline:
+// it is told when that passes, and its Unlock still releases.
+func TestExtendNeverShortensRedisTTL(t *testing.T) {
 	r := testenvRedis(t)
 	a, b := newClient(t, r), newClient(t, r)
+	rdb := rdbFor(t, r)
+	ctx := ctxT(t)
+	const name = "extend:shorter"
+	m := a.Mutex(name)
+	if ok, err := m.TryLock(ctx, 0, 10*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := m.Extend(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := rdb.PTTL(ctx, name).Val(); d < 5*time.Second {
+		t.Fatalf("the lock's TTL after an Extend to a shorter lease = %v, want the 10s lease's", d)
+	}
+	select {
+	case <-m.Done():
+	case <-ctx.Done():
+		t.Fatal("the holder was never told of its shorter lease's end")
+	}
+	if !errors.Is(m.Err(), ErrLeaseEnded) {
+		t.Fatalf("the hold ended with %v, want ErrLeaseEnded", m.Err())
+	}
+	if ok, err := b.Mutex(name).TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("another Client took the lock while Redis still gave it to the first: %v %v", ok, err)
+	}
+	_ = m.Unlock(ctx) // answers the loss, and releases what Redis still has
+	if n := rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Fatal("Unlock after the shorter lease's end left the lock in Redis")
+	}
+
+	p, err := a.Semaphore("extend:shorter:sem", 1).Acquire(ctx, 0, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Extend(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	exp := rdb.ZRangeWithScores(ctx, "dlock:semaphore:{extend:shorter:sem}", 0, -1).Val()
+	now := rdb.Time(ctx).Val().UnixMilli()
+	if len(exp) != 1 || int64(exp[0].Score)-now < 5000 {
+		t.Fatalf("the permit's expiry after an Extend to a shorter lease: %v (now %d), want the 10s lease's", exp, now)
+	}
+	_ = p.Release(ctx)
+}
+
+// An Extend whose ctx ends before Redis answers returns ctx's error at once,
+// and the hold keeps its deadline: the call, if it runs, can only lengthen
+// what Redis has.
+func TestAbandonedExtendKeepsTheHold(t *testing.T) {
+	r := testenvRedis(t)
+	a := newClient(t, r)
+	rdb := rdbFor(t, r)
 	ctx := ctxT(t)
 	const name = "extend:abandoned"
 	m := a.Mutex(name)
@@ -211,11 +263,12 @@ func TestAbandonedShorterExtendMovesTheDeadline(t *testing.T) {
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the other Client's grant", func() bool {
-		ok, _ := b.Mutex(name).TryLock(ctx, 0, time.Minute)
-		return ok
-	})
-	if m.Err() == nil {
-		t.Error("another Client holds the lock while its first holder was told nothing")
+	time.Sleep(500 * time.Millisecond) // past the abandoned call's lease
+	if err := m.Err(); err != nil {
+		t.Fatalf("the hold ended after an abandoned Extend: %v", err)
 	}
+	if d := rdb.PTTL(ctx, name).Val(); d < 5*time.Second {
+		t.Fatalf("the lock's TTL after an abandoned shorter Extend = %v, want the 10s lease's", d)
+	}
+	mustUnlock(t, m)
 }

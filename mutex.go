@@ -195,9 +195,11 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.hd.Unlock(ctx) }
 // its loss deadline moves with it. It returns ErrInvalidArgument for lease
 // <= 0 and for a hold renewed by the watchdog, ErrNotHeld or an error
 // wrapping ErrLockLost for a hold that ended, and ctx's cause once ctx is
-// done. An Extend that got no answer may still run in Redis: the hold's
-// deadline then moves to lease from the call if that is earlier, and stays
-// where it was otherwise.
+// done. Redis's TTL is never shortened: a lease less than what is left
+// moves the hold's deadline (Done closes then, and Unlock still releases)
+// but not the key's, so that an Extend that lands late cannot cut short a
+// later one. An Extend that got no answer may still run in Redis, and
+// leaves the hold's deadline where it was.
 func (m *Mutex) Extend(ctx context.Context, lease time.Duration) error {
 	return extend(ctx, &m.hd, lease)
 }

@@ -55,7 +55,8 @@ func (p *Permit) Release(ctx context.Context) error {
 // loss deadline moves with it. It returns ErrInvalidArgument for lease <= 0
 // and for a permit renewed by the watchdog, ErrNotHeld or an error wrapping
 // ErrLockLost once the permit has ended, and ctx's cause once ctx is done.
-// Safe for concurrent use.
+// As Mutex.Extend, it never shortens the permit's expiry in Redis. Safe
+// for concurrent use.
 func (p *Permit) Extend(ctx context.Context, lease time.Duration) error {
 	switch {
 	case ctx == nil:

@@ -4,7 +4,11 @@
 -- forced set, KEYS[5i] its record of long holds; ARGV[i] owner field,
 -- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] the hold's record of
 -- long holds, or '' when it need not be written this time. Kinds:
---   'm' a Mutex or FairMutex: the TTL is set (Redisson's renewal);
+--   'm' a Mutex or FairMutex renewed by the watchdog: the TTL is set
+--       (Redisson's renewal; every call of such a hold carries the same TTL);
+--   'f' a Mutex or FairMutex with a fixed lease: the TTL is extended to
+--       ttl, never shortened (its calls carry different TTLs: Extend's, a
+--       recheck's time left);
 --   'w' a write hold: the TTL is extended, never shortened; KEYS[5i-3] is
 --       the read-deadline set, where a writer that downgraded keeps its own
 --       deadline (moved to now+ttl, server clock);
@@ -13,8 +17,13 @@
 --   's' a semaphore permit: KEYS[4i-3] is the permits' sorted set and
 --       KEYS[4i-2] the size key (sem_lib.lua's layout), ARGV[i] the permit
 --       id (which carries its number of permits); the permit's expiry
---       moves to now+ttl (server clock) and both keys live at least that long.
---       A permit that is gone or has expired answers GONE.
+--       moves to now+ttl (server clock) unless it is later already, and both
+--       keys live at least that long. A permit that is gone or has expired
+--       answers GONE.
+-- Only 'm' may shorten, and only a lease of another TTL, which a watchdog
+-- hold has none of: a call that lands late (its caller stopped waiting, or
+-- the wire resent it) must not cut short the lease a later call gave. An
+-- Extend to less than what is left moves only its holder's deadline.
 -- A lock hold renewed is a long hold: its record (field = owner, value =
 -- "<granted ms> <renewal period ms>", keys.HeldRecord) is what Inspect
 -- shows as held for and renewals. The holder sends it at its first renewal
@@ -48,7 +57,7 @@ for i = 1, n do
     end
     local exp = redis.call('zscore', k, f)
     if exp and tonumber(exp) > now then
-      redis.call('zadd', k, now + ttl, f)
+      redis.call('zadd', k, 'GT', now + ttl, f)
       if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
       if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
       out[i] = 1
@@ -58,6 +67,8 @@ for i = 1, n do
   elseif redis.call('hexists', k, f) == 1 then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
+    elseif kind == 'f' then
+      if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
     else
       if kind == 'r' or (kind == 'w' and z ~= k and redis.call('zscore', z, f)) then
         -- A reader's deadline, or a downgraded writer's (rlock.lua).

@@ -8,16 +8,17 @@ import (
 	"github.com/dlock-dev/dlock/internal/renew"
 )
 
-// Extend gives a lease with a fixed lease d from now: in Redis (through
-// the kind's renewal, which never shortens what other owners share: a
-// read-write lock's TTL) and in the holder's local deadline, which moves
-// with it. A lease renewed by the watchdog, and d below a millisecond, give
+// Extend gives a lease with a fixed lease d from now: in Redis, through the
+// kind's renewal, which never shortens a TTL (a call that lands late, its
+// caller gone or the wire resending it, must not cut short the lease a
+// later call gave), and in the holder's local deadline, which moves to d
+// from the call, earlier than Redis's end when d is less than what was
+// left. A lease renewed by the watchdog, and d below a millisecond, give
 // ErrInvalidArgument; a lease that ended gives ErrNotHeld, or its loss. It
 // returns ctx's cause once ctx is done, and the call's error when it got no
-// answer; the local deadline then moves to d from the call if that is
-// earlier (the call may still run and shorten the TTL), and stays where it
-// was otherwise. Safe for concurrent use: it takes the lease's turn like a
-// release.
+// answer; the local deadline then stays where it was (the call can only
+// lengthen what Redis has). Safe for concurrent use: it takes the lease's
+// turn like a release.
 func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d < time.Millisecond {
 		return fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalidArgument, d)
@@ -40,16 +41,6 @@ func (h *Lease) Extend(ctx context.Context, d time.Duration) error {
 	code, sent, err := h.renewOnce(ctx, d)
 	switch {
 	case err != nil:
-		// The call may still run in Redis (a reply lost, or ctx ended while
-		// the wire still sends it), and d may be shorter than what is left:
-		// the holder is told by the earlier of the two ends.
-		h.mu.Lock()
-		if v := sent.Add(d - DriftMargin(d)); !h.ended && v.Before(h.validUntil) {
-			h.e.deadlines.remove(h)
-			h.validUntil = v
-			h.e.deadlines.add(h, h.deadline())
-		}
-		h.mu.Unlock()
 		return doneErr(ctx, err)
 	case code != renew.Held:
 		h.lose(lossError(h.name, GoneReason(code), nil))

@@ -126,6 +126,14 @@ func (h *Lease) renewOnce(ctx context.Context, ttl time.Duration) (int64, time.T
 // never renewed has none of.
 func (h *Lease) renewCall(ctx context.Context, ttl time.Duration, asking bool) (int64, time.Time, error) {
 	e := h.p.Renewal(h)
+	h.mu.Lock()
+	fixed := h.lease > 0
+	h.mu.Unlock()
+	if fixed && e.Kind == 'm' {
+		// A fixed lease's calls carry different TTLs: 'f' never shortens,
+		// so one that lands late cannot cut short a later one's lease.
+		e.Kind = 'f'
+	}
 	e.Holder, e.Since = h, h.start.UnixMilli()
 	if asking {
 		e.Since = 0

@@ -50,7 +50,7 @@ type Holder interface {
 type Entry struct {
 	Key    string        // the lock key
 	Field  string        // the owner's field in the lock hash
-	Kind   byte          // what the renewal does, for Func ('m', 'r', 'w' in dlock)
+	Kind   byte          // what the renewal does, for Func (renew.lua's kinds in dlock)
 	Set    string        // a second key of the same slot Func may need ("" if none)
 	Fence  string        // the lock's fencing counter ("" if none)
 	Forced string        // the lock's record of forced-out owners ("" if none)
