@@ -42,11 +42,15 @@ import (
 // dlock:semaphore-seen:{name}, a sorted set of queue entries scored by the
 // server time until which their waiter counts as alive (a first waiter
 // that does not fit and has not tried again by then is dropped, so a
-// crashed waiter for many permits cannot stall the queue). Waiters listen
-// on their Client's channel and on dlock:semaphore-free:{name}. Every key
-// has a TTL at least as long as the longest permit (the queue and its seen
-// set: four re-check intervals, refreshed by its waiters). A name with a
-// hash tag T uses "dlock:semaphore:{T}:name".
+// crashed waiter for many permits cannot stall the queue), and of entries
+// granted lately, scored by minus their permit's deadline when granted (a
+// mark that a resent queueing call finds, so that it does not queue its
+// waiter again beside its permit). Waiters listen on their Client's
+// channel and on dlock:semaphore-free:{name}. Every key has a TTL at least
+// as long as the longest permit (the queue and its seen set: four re-check
+// intervals, refreshed by its waiters; the seen set also at least the TTL
+// of a permit that a first queueing call took at once, whose mark it
+// holds). A name with a hash tag T uses "dlock:semaphore:{T}:name".
 //
 // A Semaphore is safe for concurrent use.
 type Semaphore struct {

@@ -16,7 +16,7 @@ const (
 	SemaphoreSizePrefix   = "dlock:semaphore-size"   // string: the number of permits
 	SemaphoreQueuePrefix  = "dlock:semaphore-queue"  // list of QueueEntry: waiters, first first
 	SemaphoreFreePrefix   = "dlock:semaphore-free"   // channel: "0" when a permit is freed with nobody queued
-	SemaphoreSeenPrefix   = "dlock:semaphore-seen"   // sorted set: queue entry -> until when its waiter is alive (server ms)
+	SemaphoreSeenPrefix   = "dlock:semaphore-seen"   // sorted set: queue entry -> until when its waiter is alive (server ms), or minus its permit's deadline once granted
 	LatchDownsPrefix      = "dlock:latch-downs"      // set: ids of a latch's recent count-downs
 	LatchPrefix           = "dlock:latch"            // string: a latch dlock armed (its marker), for discovery
 )

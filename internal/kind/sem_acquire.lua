@@ -14,7 +14,15 @@
 --
 -- Safe to resend: a permit id already granted (an earlier call whose reply
 -- was lost, or a grant handed to the caller) is reported, not taken twice,
--- and an entry is queued once.
+-- and an entry is queued once. A resent first call ('0') relies on the grant
+-- mark (sem_lib.lua's grant_queued) that its entry, once granted from the
+-- queue (handed over, or taken by that first call itself), leaves in the
+-- seen set: it finds the mark and is decided below, where the
+-- permit is found and the mark removed. A mark lasts at least until the
+-- deadline the permit had when granted (the end of the claim window for a
+-- hand-off, the TTL for a permit this call took), which its holder cannot
+-- have moved before the resend's reply; a resend later than that comes
+-- when the permit has expired, and is taken as a first call.
 -- Two common cases come first, before anything else is read:
 --
 -- A claim ('h'): a hand-off message named the caller (or so it says: anyone
@@ -22,8 +30,8 @@
 -- moves from the end of the claim window to that plus the caller's TTL:
 -- at least the TTL from now, and never more than the claim window beyond
 -- it (a resent claim moves it once more; renewals set it from their own
--- clock). The hand-off popped the entry and its seen deadline (an entry is
--- never queued twice, so none is left), and kept the permits and the size
+-- clock). The hand-off popped the entry (an entry is never queued twice, so
+-- none is left) and left its grant mark, and kept the permits and the size
 -- for at least the entry's TTL and the claim window, which covers the new
 -- deadline when this TTL is the entry's. Anything
 -- else (a forged or stale message, a permit that expired) is decided below.
@@ -33,8 +41,10 @@
 -- at the permits. A dead waiter or a free permit ahead of it is seen to by
 -- the next attempt of a waiter already queued (every waiter re-checks). A
 -- resent call finds its seen deadline set (an entry and its deadline are
--- added and removed together) and is decided below. The queue and the
--- deadlines live at least half the queue TTL more.
+-- added and removed together) or, once the entry was granted, its grant
+-- mark, and is decided below. The queue and the deadlines live at least
+-- half the queue TTL more; where their TTL is extended, the grant marks
+-- whose deadline passed are dropped first.
 local id, ttl, entry, qttl = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 if ARGV[7] == 'h' then
   local now = now_ms()
@@ -56,6 +66,7 @@ elseif ARGV[7] == '0' and entry ~= '' then
   local now = now_ms()
   if redis.call('zadd', KEYS[4], 'NX', now + qttl, entry) == 1 and redis.call('rpush', KEYS[3], entry) > 1 then
     if redis.call('pttl', KEYS[3]) < qttl / 2 then
+      drop_marks(now)
       redis.call('pexpire', KEYS[3], qttl)
       redis.call('pexpire', KEYS[4], qttl)
     end
@@ -83,9 +94,12 @@ if k > size then
   if entry ~= '' then leave_queue(entry, false) end
   return {-3, size}
 end
-local self = nil
+local self, self_ttl = nil, nil
 if entry ~= '' then self = entry end
-local mine, held, blocked = grant_queued(now, size, held_weight(now), ARGV[6], self)
+-- A first call granted its own entry leaves a grant mark, which a resend
+-- of it finds (see above); a later call's resend comes here anyway.
+if ARGV[7] == '0' then self_ttl = ttl end
+local mine, held, blocked = grant_queued(now, size, held_weight(now), ARGV[6], self, nil, self_ttl)
 if mine or (not blocked and held + k <= size) then
   add_permit(now, id, ttl)
   return {1, ttl}
@@ -94,9 +108,11 @@ if entry ~= '' then
   -- A resent call finds its entry already queued; the queue lives while
   -- its waiters keep trying (they re-check at least every re-check
   -- interval, a quarter of the queue's TTL), and so does each entry's seen
-  -- deadline.
+  -- deadline (which replaces a grant mark of the entry's, if any: its
+  -- permit expired unclaimed).
   if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
   redis.call('pexpire', KEYS[3], qttl)
+  drop_marks(now)
   redis.call('zadd', KEYS[4], now + qttl, entry)
   redis.call('pexpire', KEYS[4], qttl)
   keep(KEYS[2], qttl)

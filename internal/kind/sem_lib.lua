@@ -5,7 +5,9 @@
 --   KEYS[2] size     dlock:semaphore-size:{name}: the number of permits
 --   KEYS[3] queue    dlock:semaphore-queue:{name}: waiters, first first
 --   KEYS[4] seen     dlock:semaphore-seen:{name}: queue entry -> until when its
---                    waiter is alive (its last attempt plus the queue TTL), server ms
+--                    waiter is alive (its last attempt plus the queue TTL), server ms;
+--                    or, for an entry granted from the queue, a grant mark: minus
+--                    the deadline its permit had when granted (see grant_queued)
 -- A permit id is "<client id>:<n>" for one permit and "<client id>:<n>#<k>" for
 -- k of them (keys.PermitID); a queue entry is "<ticket> <ttl ms> <permit id>"
 -- (keys.QueueEntry), and a waiter's client listens on dlock:client:<client id>
@@ -65,6 +67,14 @@ local function keep_pair(need)
   end
 end
 
+-- drop_marks drops the grant marks (grant_queued) whose permit's deadline at
+-- grant has passed. The scripts call it wherever they extend the seen
+-- set's TTL, before extending it, so a mark whose deadline has passed goes
+-- at the set's next extension, or with the set.
+local function drop_marks(now)
+  redis.call('zremrangebyscore', KEYS[4], -now, '(0')
+end
+
 -- grant_queued gives free permits to queued waiters, first first, while
 -- the first one fits (arrival order, as golang.org/x/sync/semaphore: a
 -- waiter for many is not overtaken by later waiters for few). Each gets
@@ -84,7 +94,24 @@ end
 -- which it leaves to the caller: a fit, taken out of the queue), the number
 -- held afterwards, whether a waiter that does not fit is left first in the
 -- queue, and whether it found the queue empty.
-local function grant_queued(now, size, held, claim_ms, self, all)
+--
+-- An entry granted leaves a grant mark in the seen set in place of its
+-- deadline: its score is minus the deadline its permit gets here (now plus
+-- the claim window; for self, now plus self_ttl, the caller's TTL, and only
+-- when self_ttl is given: the caller asks for it on a new waiter's first
+-- call). A mark is what a resend of that waiter's first call finds, so that
+-- it does not queue the waiter again beside its permit (sem_acquire.lua).
+-- ZADD XX writes it only over the entry's deadline, so it never makes the
+-- set anew. The set has a TTL when an entry in it is granted: the scripts
+-- give the queue and the set their TTL together, and a first call that
+-- makes the set makes the queue too, so it goes on to give both their TTL,
+-- unless it takes its own entry at once (self_ttl): then the set is kept
+-- here for at least self_ttl. That TTL bounds the mark, and drop_marks
+-- drops it once its deadline has passed.
+-- A hand-off's mark costs what the ZREM it replaces did. Marks are negative
+-- and deadlines positive, so no reader mistakes one for the other: a mark
+-- reads as a deadline passed.
+local function grant_queued(now, size, held, claim_ms, self, all, self_ttl)
   while true do
     if held >= size and not self and not all then return false, held, true, false end
     local e = redis.call('lpop', KEYS[3])
@@ -104,18 +131,31 @@ local function grant_queued(now, size, held, claim_ms, self, all)
         return false, held, true, false
       end
     end
-    redis.call('zrem', KEYS[4], e)
     if w <= size and held + w <= size then
-      if e == self then return true, held, false, false end
+      if e == self then
+        if self_ttl then
+          redis.call('zadd', KEYS[4], 'XX', -(now + self_ttl), e)
+          -- The set may be the caller's own, just made without a TTL.
+          if redis.call('pttl', KEYS[4]) < self_ttl then
+            drop_marks(now)
+            redis.call('pexpire', KEYS[4], self_ttl)
+          end
+        else
+          redis.call('zrem', KEYS[4], e)
+        end
+        return true, held, false, false
+      end
       local claim = math.min(tonumber(ttl), tonumber(claim_ms))
+      redis.call('zadd', KEYS[4], 'XX', -(now + claim), e)
       -- NX: a permit id already granted (a resent call's) is not counted twice.
       if redis.call('zadd', KEYS[1], 'NX', now + claim, id) == 1 then
         keep_pair(tonumber(ttl) + claim)
         held = held + w
         redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
       end
-    elseif cid then
-      redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 0')
+    else
+      redis.call('zrem', KEYS[4], e)
+      if cid then redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 0') end
     end
   end
 end
