@@ -24,8 +24,10 @@ import (
 // set of the ids of the count-downs made, living as long as the count, so
 // that a count-down go-redis resends counts once, and dlock:latch:{name},
 // a marker set with the count and deleted with it, by which Client.Locks
-// finds the latch (a latch Redisson armed has none and is not listed). A
-// latch and a lock must not share a name.
+// finds the latch (a latch Redisson armed has none and is not listed); it
+// holds the id of the TrySetCount call that set the count, so that the
+// call, resent, still reports true. A latch and a lock must not share a
+// name.
 type CountDownLatch struct{ p kind.Latch }
 
 // CountDownLatch returns a handle on the latch name. A bad name is reported
@@ -37,7 +39,8 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 }
 
 // TrySetCount sets the count to n when the latch does not exist (true);
-// otherwise it changes nothing (false). The latch lives at most ttl. n < 1
+// otherwise it changes nothing (false). A call resent because its reply was
+// lost still reports true. The latch lives at most ttl. n < 1
 // or ttl <= 0 gives ErrInvalidArgument, with no network call.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bool, error) {
 	return l.p.TrySetCount(ctx, n, ttl)

@@ -96,7 +96,7 @@ func TestLatchTrySetCount(t *testing.T) {
 	// The count's TTL is read first: the marker's, read after, may only be
 	// lower by the time between the reads (both were set by one script).
 	cd := rdb.PTTL(ctx, ks.Count).Val()
-	if v, d := rdb.Get(ctx, ks.Marker).Val(), rdb.PTTL(ctx, ks.Marker).Val(); v != "3" || d <= 0 || d > cd+time.Millisecond {
+	if v, d := rdb.Get(ctx, ks.Marker).Val(), rdb.PTTL(ctx, ks.Marker).Val(); !strings.HasPrefix(v, "3 ") || d <= 0 || d > cd+time.Millisecond {
 		t.Fatalf("the latch's marker is %q living %v, the count living %v", v, d, cd)
 	}
 	if err := l.CountDown(ctx); err != nil {
@@ -327,6 +327,72 @@ func TestLatchResentCountDownCountsOnce(t *testing.T) {
 		t.Fatalf("count %q after one count-down sent twice, want 2", v)
 	}
 	rdb.Del(ctx, ks.Count, ks.Downs)
+}
+
+// A TrySetCount whose reply was lost and that go-redis or the wire resends
+// (the very same call) answers true again: the marker carries the id of the
+// call that set the count. Any other call on the existing latch still
+// answers false, and a latch counted down to zero can be set again.
+func TestLatchResentTrySetCountAnswersTrue(t *testing.T) {
+	ctx := ctxT(t)
+	rdb := rdbFor(t, shared)
+	c := newClient(t, shared)
+	const name = "latch:resent-set"
+	ks := keys.Latch(name)
+	watchTTLs(t, rdb, ks.Count, ks.Downs, ks.Marker)
+	set := func(n int64, id string) int64 {
+		t.Helper()
+		v, err := rdb.Eval(ctx, kind.Source("latch_set.lua"), []string{ks.Count, ks.Marker}, n, 30000, ks.Channel, id).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for i := range 2 {
+		if v := set(3, "call-1"); v != 1 {
+			t.Fatalf("TrySetCount's call, sent %d times: %d, want 1 (this call set the count)", i+1, v)
+		}
+	}
+	if v := set(3, "call-2"); v != 0 {
+		t.Fatalf("another call on the set latch: %d, want 0", v)
+	}
+	if v := set(3, "call-10"); v != 0 {
+		t.Fatalf("another call whose id begins with the first's: %d, want 0", v)
+	}
+	if v := rdb.Get(ctx, ks.Count).Val(); v != "3" {
+		t.Fatalf("the count is %q, want \"3\"", v)
+	}
+	l := c.CountDownLatch(name)
+	if ok, err := l.TrySetCount(ctx, 3, 30*time.Second); err != nil || ok {
+		t.Fatalf("TrySetCount on the latch another call set: %v, %v; want false", ok, err)
+	}
+	for range 3 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.Exists(ctx, ks.Count, ks.Marker).Val(); n != 0 {
+		t.Fatal("the latch or its marker outlived its count-downs to zero")
+	}
+	// Set again through the handle: its call's own resend (its id read from
+	// the marker) answers true, the old call's and the handle's next false.
+	if ok, err := l.TrySetCount(ctx, 2, 30*time.Second); err != nil || !ok {
+		t.Fatalf("TrySetCount after zero: %v, %v", ok, err)
+	}
+	count, id, _ := strings.Cut(rdb.Get(ctx, ks.Marker).Val(), " ")
+	if count != "2" || id == "" {
+		t.Fatalf("the marker is %q, want the count first set and the call's id", rdb.Get(ctx, ks.Marker).Val())
+	}
+	if v := set(2, id); v != 1 {
+		t.Fatalf("TrySetCount's call resent: %d, want 1", v)
+	}
+	if v := set(3, "call-1"); v != 0 {
+		t.Fatalf("the first latch's call resent on the second latch: %d, want 0", v)
+	}
+	if ok, err := l.TrySetCount(ctx, 2, 30*time.Second); err != nil || ok {
+		t.Fatalf("the handle's next TrySetCount: %v, %v; want false", ok, err)
+	}
+	rdb.Del(ctx, ks.Count, ks.Downs, ks.Marker)
 }
 
 // A latch is shared with Redisson: dlock publishes Redisson's "1" on a new

@@ -108,10 +108,12 @@ type LatchSet struct {
 	Count   string // the count, a string named by the latch itself (Redisson's)
 	Channel string // Redisson's latch channel: "0" when the count reached zero, "1" when one was set
 	Downs   string // set: ids of the count-downs applied lately, so a resent one counts once
-	// Marker is dlock's mark of a latch it armed: the count TrySetCount
-	// set, living as long as the count and deleted with it at zero. The
-	// count, a plain string, cannot be told from other strings; discovery
-	// (SCAN MATCH LatchPrefix:*) finds the markers instead.
+	// Marker is dlock's mark of a latch it armed: "<count> <call id>", the
+	// count TrySetCount set and the id of the call that set it (a resend
+	// of that call finds its own id and reports the count set), living as
+	// long as the count and deleted with it at zero. The count, a plain
+	// string, cannot be told from other strings; discovery (SCAN MATCH
+	// LatchPrefix:*) finds the markers instead.
 	Marker string
 }
 

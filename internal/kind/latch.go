@@ -65,7 +65,9 @@ func (p *Latch) check(ctx context.Context) error {
 }
 
 // TrySetCount sets the count to n, living ttl, when the latch does not
-// exist, and reports whether it did.
+// exist, and reports whether it did. The call carries an id of its own,
+// which latch_set.lua keeps in the marker, so that a resend of the call
+// (its reply lost) reports true as the call did.
 func (p *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bool, error) {
 	if err := p.check(ctx); err != nil {
 		return false, err
@@ -76,7 +78,8 @@ func (p *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 	case ttl < time.Millisecond:
 		return false, fmt.Errorf("%w: latch %q: ttl %v, at least 1ms is needed (a latch never lives forever)", lease.ErrInvalidArgument, p.name, ttl)
 	}
-	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker}, n, lease.Ms(ttl), p.ks.Channel)
+	id := strconv.FormatUint(rand.Uint64(), 36)
+	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker}, n, lease.Ms(ttl), p.ks.Channel, id)
 	return set == 1, err
 }
 
