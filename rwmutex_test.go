@@ -7,6 +7,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 func TestRWReadersShareWriterExcludes(t *testing.T) {
@@ -170,6 +174,69 @@ func TestRWCrashedReaderExpiresAlone(t *testing.T) {
 	}
 	if err := w.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A renewal that comes after a reader's own deadline passed (server clock)
+// finds the share over, though no script has purged it yet (another
+// reader keeps the hash alive): it answers GONE, the holder declares its
+// read hold lost, and the share is not revived. So does an RExtend of a
+// fixed lease that comes too late.
+func TestRWLateRenewalOfExpiredReaderIsLost(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	const name = "rw:late-renewal"
+	rd := c.RWMutex(name)
+	if err := rd.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, r).RWMutex(name)
+	if ok, err := other.TryRLock(ctx, 0, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// The share's deadline passes before its next renewal reaches Redis
+	// (as after a pause of the holder or a slow network): it is moved into
+	// the past on the server's clock, and nothing else runs on the lock.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers, owner := keys.For(name).Readers, rd.r.Owner()
+	if n, err := rdb.ZAddXX(ctx, readers, redis.Z{Score: float64(now.UnixMilli() - 1), Member: owner}).Result(); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	select {
+	case <-rd.r.Done():
+	case <-time.After(2 * time.Second):
+		d, _ := rdb.ZScore(ctx, readers, owner).Result()
+		t.Fatalf("a read share renewed after its deadline passed is still held: Err %v, its deadline %v ms from now",
+			publicErr(rd.r.Err()), int64(d)-time.Now().UnixMilli())
+	}
+	if err := publicErr(rd.r.Err()); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Err of the expired reader = %v, want ErrLockLost", err)
+	}
+	if d, err := rdb.ZScore(ctx, readers, owner).Result(); err == nil && d > float64(now.UnixMilli()) {
+		t.Fatalf("the expired share's deadline was moved on to %v (server clock was %d)", d, now.UnixMilli())
+	}
+	if err := rd.RUnlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("RUnlock of the expired share = %v, want ErrLockLost", err)
+	}
+	if h, _ := rdb.HGetAll(ctx, name).Result(); h[other.r.Owner()] != "1" || len(h) != 2 {
+		t.Fatalf("the lock after the expired share's RUnlock: %v, want the other reader's share alone", h)
+	}
+	if n, err := rdb.ZAddXX(ctx, readers, redis.Z{Score: float64(now.UnixMilli() - 1), Member: other.r.Owner()}).Result(); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	if err := other.RExtend(ctx, time.Minute); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("RExtend of a fixed lease past its deadline = %v, want ErrLockLost", err)
+	}
+	if err := other.RUnlock(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("RUnlock after the late RExtend = %v, want ErrLockLost", err)
+	}
+	if n := rdb.Exists(ctx, name, readers).Val(); n != 0 {
+		t.Fatalf("%d of the lock's keys are left after both shares ended", n)
 	}
 }
 

@@ -13,7 +13,10 @@
 --       the read-deadline set, where a writer that downgraded keeps its own
 --       deadline (moved to now+ttl, server clock);
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
---       hash lives at least that long; other readers' deadlines are untouched;
+--       hash lives at least that long; other readers' deadlines are untouched.
+--       A share whose deadline has passed is over (rw_purge ends it at its
+--       deadline, whoever keeps the hash alive) even while its field is
+--       still in the hash: it is not renewed and answers why_gone's code;
 --   's' a semaphore permit: KEYS[4i-3] is the permits' sorted set and
 --       KEYS[4i-2] the size key (sem_lib.lua's layout), ARGV[i] the permit
 --       id (which carries its number of permits); the permit's expiry
@@ -48,15 +51,27 @@ end
 local n = #ARGV / 4
 local out = {}
 local now
+-- clock reads the server's clock (ms) once per call, when a kind needs it.
+local function clock()
+  if not now then
+    local t = redis.call('time')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+-- live tells whether reader f's deadline in z is still ahead. A share past
+-- it is over though its field may still be in the hash (no script purged it
+-- yet: rw_purge ends shares whose deadline is at or before now), and
+-- renewing it would revive it.
+local function live(z, f)
+  local d = redis.call('zscore', z, f)
+  return d and tonumber(d) > clock()
+end
 for i = 1, n do
   local k, z, f, ttl, kind = KEYS[5 * i - 4], KEYS[5 * i - 3], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
   if kind == 's' then
-    if not now then
-      local t = redis.call('time')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
     local exp = redis.call('zscore', k, f)
-    if exp and tonumber(exp) > now then
+    if exp and tonumber(exp) > clock() then
       redis.call('zadd', k, 'GT', now + ttl, f)
       if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
       if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
@@ -64,7 +79,7 @@ for i = 1, n do
     else
       out[i] = GONE
     end
-  elseif redis.call('hexists', k, f) == 1 then
+  elseif redis.call('hexists', k, f) == 1 and (kind ~= 'r' or live(z, f)) then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
     elseif kind == 'f' then
@@ -72,11 +87,7 @@ for i = 1, n do
     else
       if kind == 'r' or (kind == 'w' and z ~= k and redis.call('zscore', z, f)) then
         -- A reader's deadline, or a downgraded writer's (rlock.lua).
-        if not now then
-          local t = redis.call('time')
-          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        redis.call('zadd', z, 'GT', now + ttl, f)
+        redis.call('zadd', z, 'GT', clock() + ttl, f)
         if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
       end
       if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
