@@ -90,6 +90,9 @@ func FuzzMutexOps(f *testing.F) {
 // handle's holds of either kind; reads share; a handle that holds only reads
 // gets ErrUpgrade for a write; the writer may also read; releases of nothing
 // are ErrNotHeld; once everything is released the lock is free.
+// fuzzChain keys FuzzRWOps' call chains' own contexts.
+type fuzzChain struct{}
+
 func FuzzRWOps(f *testing.F) {
 	f.Add([]byte{0, 4, 1, 5, 2, 3, 6, 7, 0, 2}, "catalog")
 	f.Add([]byte{2, 0, 3, 4, 1, 6, 5, 7}, "x{y}")
@@ -101,8 +104,12 @@ func FuzzRWOps(f *testing.F) {
 		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*RWMutex{c.RWMutex(name), c.RWMutex(name)}
 		var reads, writes [2]int
-		// Each handle is one call chain: its read and write holds' contexts.
+		// Each handle is one call chain: its read and write holds' contexts,
+		// and a context of its own to start from (two callers sharing one
+		// context are one caller: a write with the context a read hold was
+		// taken with is an upgrade).
 		var rctx, wctx [2]context.Context
+		base := [2]context.Context{context.WithValue(ctx, fuzzChain{}, 0), context.WithValue(ctx, fuzzChain{}, 1)}
 		chain := func(i int, readFirst bool) context.Context {
 			switch {
 			case readFirst && reads[i] > 0:
@@ -112,7 +119,7 @@ func FuzzRWOps(f *testing.F) {
 			case reads[i] > 0:
 				return rctx[i]
 			}
-			return ctx
+			return base[i]
 		}
 		try := func(hctx context.Context, err error) (context.Context, bool, error) {
 			if errors.Is(err, ErrWaitTimeout) {

@@ -151,13 +151,10 @@ func holdContext(ctx context.Context, hd *lease.Handle, h *lease.Lease) context.
 		}
 		return ctx
 	}
-	parent := ctx
-	if h.Outer() != nil {
-		// A read hold taken under the write hold outlives it: its context
-		// must not end with the write hold's.
-		parent = h.Outer().Parent()
-	}
-	hctx, _ := h.Context(parent)
+	// A read hold taken under the write hold (a downgrade) outlives it: its
+	// context has ctx's values and deadline but does not end with the
+	// write hold's.
+	hctx, _ := h.ContextBeside(ctx)
 	return hctx
 }
 

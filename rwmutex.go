@@ -39,10 +39,19 @@ import (
 //     token, count and deadline: two downgrades under one write hold are two
 //     read holds, and neither's release or expiry ends the other's share);
 //     after the final write Unlock the read holds go on and other readers
-//     may join.
+//     may join. ReadContext's context of a downgrade carries ctx's values
+//     and deadline and ends when ctx is cancelled, but not when ctx ends
+//     because the write hold did.
 //   - Upgrade: a write lock call whose ctx carries only a read hold of the
-//     name returns ErrUpgrade at once, without a network call. It never
-//     waits: two readers upgrading would wait for each other forever.
+//     name returns ErrUpgrade at once, without a network call. So does one
+//     whose ctx carries no hold of the name but is the very context one of
+//     the Client's read holds of it was taken with (RLock(ctx), then
+//     Lock(ctx)): a hold's context names its caller, as it does for
+//     RUnlock. It never waits, and queues nothing: a reader waiting for
+//     the write side waits for itself, and two readers upgrading would wait
+//     for each other forever. Goroutines that share one context (say,
+//     context.Background()) are one caller here: a writer that means to
+//     wait for other goroutines' read holds needs a context of its own.
 //   - Writers are not starved: while a writer waits, no new read hold is
 //     granted (re-entries of existing read holds and the writer's own
 //     downgrade still are). A writer therefore waits only for the read holds
@@ -102,6 +111,7 @@ func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 	rw := &RWMutex{name: name}
 	rw.w.Init(c.e, name, &rw.p.Write)
 	rw.r.Init(c.e, name, &rw.p.Read)
+	rw.w.SetReadSide(&rw.r)
 	if rw.w.NameErr() != nil {
 		return rw, false
 	}
@@ -113,22 +123,26 @@ func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 func (rw *RWMutex) Name() string { return rw.name }
 
 // Lock takes the write side in watchdog mode, waiting until it is free or ctx
-// is done. See Mutex.Lock; it returns ErrUpgrade when ctx carries only a read
-// hold of the name.
+// is done. See Mutex.Lock; it returns ErrUpgrade, without waiting, when ctx
+// carries only a read hold of the name or is the context one of the
+// Client's read holds of the name was taken with (see Rules). Safe for
+// concurrent use.
 func (rw *RWMutex) Lock(ctx context.Context) error {
 	_, err := rw.w.Acquire(ctx, lease.Request{Forever: true})
 	return err
 }
 
 // TryLock tries to take the write side, waiting up to wait; see
-// Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
+// Mutex.TryLock. It returns ErrUpgrade at once when ctx carries only a
+// read hold, or took one (see Lock). Safe for concurrent use.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.w.Acquire(ctx, request(wait, lease))
 	return h != nil && err == nil, err
 }
 
 // WriteContext is TryLock returning the write hold's context; see
-// Mutex.TryLockContext.
+// Mutex.TryLockContext. It returns ErrUpgrade as TryLock does. Safe for
+// concurrent use.
 func (rw *RWMutex) WriteContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
 	return lockContext(ctx, &rw.w, request(wait, lease))
 }
@@ -163,7 +177,11 @@ func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (boo
 }
 
 // ReadContext is TryRLock returning the read hold's context; see
-// Mutex.TryLockContext.
+// Mutex.TryLockContext. For a downgrade (ctx carries the write hold) the
+// context carries ctx's values and deadline and ends with the read hold or
+// when ctx is cancelled or its deadline passes, but not when ctx ends
+// because the write hold ended: the read hold outlives it. Safe for
+// concurrent use.
 func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
 	return lockContext(ctx, &rw.r, request(wait, lease))
 }

@@ -28,7 +28,9 @@ func TestRWReadersShareWriterExcludes(t *testing.T) {
 		t.Fatalf("read tokens %d, %d: want increasing", r1.RToken(), r2.RToken())
 	}
 	w := b.RWMutex("rw:share")
-	if ok, err := w.TryLock(ctx, 0, 0); ok || err != nil {
+	// A writer with a context of its own: with r2's, it would be r2
+	// asking to upgrade (ErrUpgrade).
+	if ok, err := w.TryLock(ctxT(t), 0, 0); ok || err != nil {
 		t.Fatalf("writer while readers hold: %v, %v", ok, err)
 	}
 	rdb := rdbFor(t, r)
@@ -90,7 +92,7 @@ func TestRWDowngradeAndUpgrade(t *testing.T) {
 	if ok, err := o.TryRLock(ctx, 0, 0); !ok || err != nil {
 		t.Fatalf("reader after the downgrade: %v, %v", ok, err)
 	}
-	if ok, err := other.RWMutex("rw:grade").TryLock(ctx, 0, 0); ok || err != nil {
+	if ok, err := other.RWMutex("rw:grade").TryLock(ctxT(t), 0, 0); ok || err != nil { // not o's upgrade: a context of its own
 		t.Fatalf("writer after the downgrade: %v, %v", ok, err)
 	}
 	// Upgrade: refused at once, before any network call.

@@ -47,6 +47,55 @@ func (h *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+// ContextBeside is Context for a lease taken under the write lease it
+// stands beside (a downgrade: h.Outer() is not nil) with ctx, which carries
+// that write lease. The context carries ctx's values and deadline, as
+// Context's does, and ends when h ends or ctx is done, except when ctx is
+// done because the write lease ended: h outlives it. What it sets up is
+// freed when h ends. For a lease taken under none it is Context(ctx).
+func (h *Lease) ContextBeside(ctx context.Context) (context.Context, context.CancelFunc) {
+	out := h.outer
+	if out == nil {
+		return h.Context(ctx)
+	}
+	parent := context.WithoutCancel(ctx)
+	stopDeadline := context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		parent, stopDeadline = context.WithDeadline(parent, d)
+	}
+	parent, cancelParent := context.WithCancelCause(parent)
+	stop := context.AfterFunc(ctx, func() {
+		if ctx.Err() == context.DeadlineExceeded {
+			return // parent's own deadline, the same, ends it
+		}
+		if cause := context.Cause(ctx); !out.endedWith(cause) {
+			cancelParent(cause)
+		}
+	})
+	hctx, cancel := h.Context(parent)
+	// After Context's own callback, which gives hctx h's cause.
+	h.OnEnded(func(error) {
+		stop()
+		stopDeadline()
+		cancelParent(context.Canceled)
+	})
+	return hctx, cancel
+}
+
+// endedWith reports whether h has ended and cause is what its contexts
+// were cancelled with (Context): its loss, or ErrReleased.
+func (h *Lease) endedWith(cause error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !h.ended:
+		return false
+	case h.err != nil:
+		return cause == h.err
+	}
+	return cause == ErrReleased
+}
+
 // doneError is the error of a call that returned because its context was
 // done with a cause of its own (WithCancelCause, a hold's loss or release):
 // errors.Is matches both the context's error and the cause.
