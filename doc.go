@@ -77,10 +77,7 @@
 // about to end) while the wrong hold lives on. Readers that run at once
 // should unlock with the context ReadContext returns, or each lock and
 // unlock with a context of its own (a request's). A refused RUnlock leaves
-// the hold renewed until Close: check its error. The same rule names the
-// caller of a write lock call: one with the context a read hold of the
-// Client's was taken with is that reader's upgrade, refused with
-// ErrUpgrade (see RWMutex).
+// the hold renewed until Close: check its error.
 //
 // Every hold has an owner field of its own ("<client id>:<n>", n never
 // reused), so a resent script (go-redis resends after a lost reply) can tell

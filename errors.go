@@ -35,13 +35,9 @@ var (
 	ErrInvalidArgument = lease.ErrInvalidArgument
 
 	// ErrUpgrade is returned at once by the write side of an RWMutex when the
-	// caller holds only its read side: its ctx carries only a read hold of
-	// the name, or is the very context one of the Client's read holds of
-	// the name was taken with (RLock(ctx), then Lock(ctx)). A read→write
-	// upgrade could wait forever (a reader waits for itself; two readers
-	// upgrading wait for each other), so it is refused, with nothing sent
-	// or queued. Release the read holds first, or take the write lock from
-	// the start.
+	// caller holds only its read side: a read→write upgrade could wait
+	// forever (two readers upgrading wait for each other), so it is refused.
+	// Release the read holds first, or take the write lock from the start.
 	ErrUpgrade = lease.ErrUpgrade
 
 	// ErrNotReplicated is returned, with WithReplicaAck, when a grant did not

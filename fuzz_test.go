@@ -90,9 +90,6 @@ func FuzzMutexOps(f *testing.F) {
 // handle's holds of either kind; reads share; a handle that holds only reads
 // gets ErrUpgrade for a write; the writer may also read; releases of nothing
 // are ErrNotHeld; once everything is released the lock is free.
-// fuzzChain keys FuzzRWOps' call chains' own contexts.
-type fuzzChain struct{}
-
 func FuzzRWOps(f *testing.F) {
 	f.Add([]byte{0, 4, 1, 5, 2, 3, 6, 7, 0, 2}, "catalog")
 	f.Add([]byte{2, 0, 3, 4, 1, 6, 5, 7}, "x{y}")
@@ -104,12 +101,8 @@ func FuzzRWOps(f *testing.F) {
 		c, ctx := newClient(t, shared), ctxT(t)
 		hs := [2]*RWMutex{c.RWMutex(name), c.RWMutex(name)}
 		var reads, writes [2]int
-		// Each handle is one call chain: its read and write holds' contexts,
-		// and a context of its own to start from (two callers sharing one
-		// context are one caller: a write with the context a read hold was
-		// taken with is an upgrade).
+		// Each handle is one call chain: its read and write holds' contexts.
 		var rctx, wctx [2]context.Context
-		base := [2]context.Context{context.WithValue(ctx, fuzzChain{}, 0), context.WithValue(ctx, fuzzChain{}, 1)}
 		chain := func(i int, readFirst bool) context.Context {
 			switch {
 			case readFirst && reads[i] > 0:
@@ -119,7 +112,7 @@ func FuzzRWOps(f *testing.F) {
 			case reads[i] > 0:
 				return rctx[i]
 			}
-			return base[i]
+			return ctx
 		}
 		try := func(hctx context.Context, err error) (context.Context, bool, error) {
 			if errors.Is(err, ErrWaitTimeout) {

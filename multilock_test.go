@@ -118,9 +118,7 @@ func TestMultiLockMixedKinds(t *testing.T) {
 	if rw.RToken() == 0 {
 		t.Fatal("read member has no token")
 	}
-	// A writer of b with a context of its own (with the reader's, it
-	// would be that reader's upgrade).
-	if ok, err := b.RWMutex("mix:rw").TryLock(ctxT(t), 0, 0); ok || err != nil {
+	if ok, err := b.RWMutex("mix:rw").TryLock(ctx, 0, 0); ok || err != nil {
 		t.Fatalf("writer beside the MultiLock's read member = %v, %v", ok, err)
 	}
 	if ok, err := b.Mutex("mix:m").TryLock(ctx, 0, 0); ok || err != nil {

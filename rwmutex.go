@@ -43,15 +43,14 @@ import (
 //     and deadline and ends when ctx is cancelled, but not when ctx ends
 //     because the write hold did.
 //   - Upgrade: a write lock call whose ctx carries only a read hold of the
-//     name returns ErrUpgrade at once, without a network call. So does one
-//     whose ctx carries no hold of the name but is the very context one of
-//     the Client's read holds of it was taken with (RLock(ctx), then
-//     Lock(ctx)): a hold's context names its caller, as it does for
-//     RUnlock. It never waits, and queues nothing: a reader waiting for
-//     the write side waits for itself, and two readers upgrading would wait
-//     for each other forever. Goroutines that share one context (say,
-//     context.Background()) are one caller here: a writer that means to
-//     wait for other goroutines' read holds needs a context of its own.
+//     name returns ErrUpgrade at once, without a network call. It never
+//     waits: two readers upgrading would wait for each other forever. A
+//     write call with a context that carries no hold (RLock(ctx), then
+//     Lock(ctx) with context.Background() or a request's ctx) cannot be
+//     told from another goroutine's that shares the context, and waits for
+//     the read holds like one, as sync.RWMutex's Lock after RLock does:
+//     until ctx ends, holding new readers back meanwhile. Upgrade with the
+//     context the read call returned (ReadContext), which is refused.
 //   - Writers are not starved: while a writer waits, no new read hold is
 //     granted (re-entries of existing read holds and the writer's own
 //     downgrade still are). A writer therefore waits only for the read holds
@@ -111,7 +110,6 @@ func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 	rw := &RWMutex{name: name}
 	rw.w.Init(c.e, name, &rw.p.Write)
 	rw.r.Init(c.e, name, &rw.p.Read)
-	rw.w.SetReadSide(&rw.r)
 	if rw.w.NameErr() != nil {
 		return rw, false
 	}
@@ -123,26 +121,22 @@ func newRWMutex(c *Client, name string) (*RWMutex, bool) {
 func (rw *RWMutex) Name() string { return rw.name }
 
 // Lock takes the write side in watchdog mode, waiting until it is free or ctx
-// is done. See Mutex.Lock; it returns ErrUpgrade, without waiting, when ctx
-// carries only a read hold of the name or is the context one of the
-// Client's read holds of the name was taken with (see Rules). Safe for
-// concurrent use.
+// is done. See Mutex.Lock; it returns ErrUpgrade when ctx carries only a read
+// hold of the name.
 func (rw *RWMutex) Lock(ctx context.Context) error {
 	_, err := rw.w.Acquire(ctx, lease.Request{Forever: true})
 	return err
 }
 
 // TryLock tries to take the write side, waiting up to wait; see
-// Mutex.TryLock. It returns ErrUpgrade at once when ctx carries only a
-// read hold, or took one (see Lock). Safe for concurrent use.
+// Mutex.TryLock. It returns ErrUpgrade when ctx carries only a read hold.
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	h, err := rw.w.Acquire(ctx, request(wait, lease))
 	return h != nil && err == nil, err
 }
 
 // WriteContext is TryLock returning the write hold's context; see
-// Mutex.TryLockContext. It returns ErrUpgrade as TryLock does. Safe for
-// concurrent use.
+// Mutex.TryLockContext.
 func (rw *RWMutex) WriteContext(ctx context.Context, wait, lease time.Duration) (context.Context, error) {
 	return lockContext(ctx, &rw.w, request(wait, lease))
 }

@@ -22,10 +22,6 @@ type Handle struct {
 	p       Protocol
 	nameErr error
 	gate    gate // exclusive handles: held while a lease occupies the handle
-	// readSide is, on an RWMutex's write side, its read side (SetReadSide):
-	// a write call with a context that carries no hold of the name but
-	// took one of the read side's holds is an upgrade (inherited).
-	readSide *Handle
 
 	mu     sync.Mutex
 	cur    []*Lease // unfinished leases taken through the handle (at most one when exclusive)
@@ -67,11 +63,6 @@ func (hd *Handle) InitInvalid(e *Engine, name string, err error) {
 	hd.cur = hd.curBuf[:0]
 }
 
-// SetReadSide makes r, the read side of the same read-write lock, the one
-// whose holds a write call through hd may be upgrading (inherited). Called
-// once, before hd is used.
-func (hd *Handle) SetReadSide(r *Handle) { hd.readSide = r }
-
 // Name returns the handle's name.
 func (hd *Handle) Name() string { return hd.name }
 
@@ -101,21 +92,9 @@ func (hd *Handle) Check(ctx context.Context, lease time.Duration) error {
 // of this handle's kind re-enters (reenter), or the write lease a reader
 // downgrades from (under). It fails for a call that would upgrade a read
 // lease, or that mixes a Mutex with an RWMutex on one name.
-//
-// A write call whose ctx carries no lease of the name but is the very
-// context one of the read side's live leases was taken with (RLock(ctx),
-// then Lock(ctx)) is an upgrade too: ownership by context is what RUnlock
-// with that ctx relies on (Current), and no lease id tells the two calls
-// apart in Redis (each lease has an owner of its own), so the writer would
-// otherwise queue behind its own read hold until ctx ends, holding every
-// new reader back meanwhile.
 func (hd *Handle) inherited(ctx context.Context) (reenter, under *Lease, err error) {
 	top := From(ctx, hd.e, hd.name)
 	if top == nil {
-		if hd.readSide != nil && hd.readSide.takenWith(ctx) {
-			return nil, nil, fmt.Errorf("%w: this Client holds %q for reading with this very context "+
-				"(release the read hold first, or take the write side from the start)", ErrUpgrade, hd.name)
-		}
 		return nil, nil, nil
 	}
 	call := hd.p.Kind()
@@ -381,19 +360,6 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
 		"and the context carries none: unlock with the context the lock call returned (ReadContext, "+
 		"LockContext, WithLock's fn) or the one it was given", ErrAmbiguous, len(hd.cur), hd.p.Kind(), hd.name, taken)
-}
-
-// takenWith reports whether one of hd's unfinished leases that is not
-// lost was taken with ctx itself.
-func (hd *Handle) takenWith(ctx context.Context) bool {
-	hd.mu.Lock()
-	defer hd.mu.Unlock()
-	for _, h := range hd.cur {
-		if sameContext(h.parent, ctx) && h.Err() == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // sameTerms reports whether h and o were asked for on the same terms: the
