@@ -15,6 +15,12 @@ const (
 	TypeLatch     = kind.TypeLatch     // a CountDownLatch dlock armed (Locks only)
 )
 
+// MaxWaitersListed is how many waiters a LockInfo lists at most (the
+// first ones; MoreWaiters counts the rest): reading a queue costs Redis
+// time in proportion to what it returns, and a queue may be made long by
+// anyone allowed to write to it.
+const MaxWaitersListed = kind.MaxWaitersListed
+
 // LockInfo is a snapshot of one lock name as Redis has it, for operators
 // and tools; see Client.Inspect and Client.Locks. A LockInfo is a value;
 // safe to copy and share.
@@ -38,8 +44,10 @@ type LockInfo struct {
 	// Token is the last fencing token issued for the name (0: none alive).
 	Token uint64
 	// Waiters are the waiters queued for a direct hand-off (Mutex,
-	// FairMutex, Semaphore), first first.
+	// FairMutex, Semaphore), first first: the first MaxWaitersListed.
 	Waiters []Waiter
+	// MoreWaiters counts the waiters queued behind those listed.
+	MoreWaiters int
 	// WaitingWriters counts the writers of an RWMutex waiting for it.
 	WaitingWriters int
 	// Leader is an election's leader value ("" when nobody leads).

@@ -1,10 +1,14 @@
 package dlock
 
 import (
+	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 func TestInspect(t *testing.T) {
@@ -95,5 +99,31 @@ func TestInspectShowsLongHolds(t *testing.T) {
 	mustUnlock(t, next)
 	if err := fixed.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Inspect and Locks list a queue's first MaxWaitersListed waiters and count
+// the rest: reading a whole queue, which anyone allowed to write there may
+// make long, would cost Redis (and every Client on it) in proportion.
+func TestInspectBoundsTheWaitersRead(t *testing.T) {
+	c := newClient(t, shared)
+	rdb := rdbFor(t, shared)
+	ctx := ctxT(t)
+	const name, extra = "inspect:long-queue", 50
+	queue := keys.For(name).Queue
+	for i := range MaxWaitersListed + extra {
+		rdb.RPush(ctx, queue, keys.QueueEntry(uint64(i+1), 30000, "neighbour:"+strconv.Itoa(i)))
+	}
+	rdb.PExpire(ctx, queue, time.Minute)
+	t.Cleanup(func() { rdb.Del(context.Background(), queue) })
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Waiters) != MaxWaitersListed || info.MoreWaiters != extra {
+		t.Fatalf("Inspect listed %d waiters and counted %d more, want %d and %d", len(info.Waiters), info.MoreWaiters, MaxWaitersListed, extra)
+	}
+	if info.Waiters[0].Owner != "neighbour:0" {
+		t.Fatalf("first waiter listed: %q, want the queue's first", info.Waiters[0].Owner)
 	}
 }

@@ -36,6 +36,9 @@ type lockState struct {
 	// Token is the last fencing token issued for the name (0: none kept).
 	Token   uint64   `json:"token"`
 	Waiters []waiter `json:"waiters"`
+	// MoreWaiters counts the waiters queued behind those listed (the
+	// library lists the first dlock.MaxWaitersListed).
+	MoreWaiters int `json:"more_waiters,omitempty"`
 	// WaitingWriters counts the writers waiting for a read-write lock.
 	WaitingWriters int `json:"waiting_writers"`
 }
@@ -216,7 +219,7 @@ func inspect(ctx context.Context, locks *dlock.Client, name string) (lockState, 
 // stateOf converts the library's snapshot.
 func stateOf(info dlock.LockInfo) lockState {
 	st := lockState{Name: info.Name, Locked: info.Locked, Token: info.Token, Mode: info.Mode,
-		Holders: []holder{}, Waiters: []waiter{}, WaitingWriters: info.WaitingWriters}
+		Holders: []holder{}, Waiters: []waiter{}, MoreWaiters: info.MoreWaiters, WaitingWriters: info.WaitingWriters}
 	switch {
 	case info.Mode != "":
 		st.Kind = "rwlock"
@@ -291,7 +294,15 @@ func printState(w io.Writer, st lockState) {
 	for _, q := range st.Waiters {
 		fmt.Fprintf(w, "  waiter  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 	}
+	printMoreWaiters(w, st.MoreWaiters)
 	if st.WaitingWriters > 0 {
 		fmt.Fprintf(w, "  %d writer(s) waiting\n", st.WaitingWriters)
+	}
+}
+
+// printMoreWaiters says how many waiters are queued behind those listed.
+func printMoreWaiters(w io.Writer, n int) {
+	if n > 0 {
+		fmt.Fprintf(w, "  %d more waiter(s) queued\n", n)
 	}
 }

@@ -100,6 +100,7 @@ func printListed(w io.Writer, st listedState) {
 		for _, q := range st.Waiters {
 			fmt.Fprintf(w, "  candidate  #%d  %s  (owner %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 		}
+		printMoreWaiters(w, st.MoreWaiters)
 	case dlock.TypeSemaphore:
 		fmt.Fprintf(w, "semaphore %s: %d of %d permits taken, %d free\n", displayName(st.Name), st.Taken, st.Permits, st.Free)
 		for _, h := range st.Holders {
@@ -108,6 +109,7 @@ func printListed(w io.Writer, st listedState) {
 		for _, q := range st.Waiters {
 			fmt.Fprintf(w, "  waiter  #%d  %s  (id %s)\n", q.Position, who(q.Host, q.PID, q.Owner), printable(q.Owner))
 		}
+		printMoreWaiters(w, st.MoreWaiters)
 	case dlock.TypeLatch:
 		expires := "no TTL (not set by dlock?)"
 		if st.TTLms > 0 {

@@ -38,7 +38,9 @@ type LockInfo struct {
 	Holders []Holder      // sorted by owner
 	TTL     time.Duration // remaining TTL; 0 when not locked, -1 when the key has none
 	Token   uint64        // the last fencing token issued for the name (0: none alive)
-	Waiters []Waiter      // queued for a direct hand-off (Mutex, FairMutex), first first
+	Waiters []Waiter      // queued for a direct hand-off (Mutex, FairMutex), first first; at most MaxWaitersListed
+	// MoreWaiters counts the waiters queued behind the listed ones.
+	MoreWaiters int
 	// WaitingWriters counts writers of an RWMutex waiting for the lock.
 	WaitingWriters int
 	// Leader is an election's leader value ("" when nobody leads).
@@ -71,6 +73,23 @@ type Holder struct {
 	// (younger than a third of the watchdog timeout) or with a fixed lease.
 	HeldFor  time.Duration
 	Renewals int64
+}
+
+// MaxWaitersListed is how many waiters a LockInfo lists at most: a queue
+// is read with LRANGE, which costs Redis (every Client on it) time in
+// proportion to what it returns, and anyone allowed to write there may
+// make it long.
+const MaxWaitersListed = 100
+
+// waiters fills info.Waiters from the queue's first entries and
+// info.MoreWaiters from its length.
+func (info *LockInfo) waiters(first []string, length int64) {
+	for _, e := range first {
+		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
+			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
+		}
+	}
+	info.MoreWaiters = max(int(length)-len(first), 0)
 }
 
 // Waiter is one queued waiter.
@@ -117,11 +136,7 @@ func Inspect(ctx context.Context, e *lease.Engine, name string) (LockInfo, error
 	if v, err := fence.Uint64(); err == nil {
 		info.Token = v
 	}
-	for _, e := range queue.Val() {
-		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
-			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
-		}
-	}
+	info.waiters(queue.Val(), r.waitLen.Val())
 	info.WaitingWriters = int(writers.Val())
 	return info, nil
 }
@@ -235,13 +250,15 @@ func ReadSemaphore(ctx context.Context, rdb redis.UniversalClient, space keys.Sp
 	var permits *redis.ZSliceCmd
 	var size *redis.StringCmd
 	var queue *redis.StringSliceCmd
+	var queueLen *redis.IntCmd
 	var pttl *redis.DurationCmd
 	var now *redis.TimeCmd
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
 		permits = p.ZRangeWithScores(ctx, ks.Permits, 0, -1)
 		size = p.Get(ctx, ks.Size)
-		queue = p.LRange(ctx, ks.Queue, 0, -1)
+		queue = p.LRange(ctx, ks.Queue, 0, MaxWaitersListed-1)
+		queueLen = p.LLen(ctx, ks.Queue)
 		pttl = p.PTTL(ctx, ks.Permits)
 		return nil
 	})
@@ -263,11 +280,7 @@ func ReadSemaphore(ctx context.Context, rdb redis.UniversalClient, space keys.Sp
 		info.TTL = d
 	}
 	info.Permits, _ = strconv.Atoi(size.Val())
-	for _, e := range queue.Val() {
-		if _, ms, owner, ok := keys.ParseQueueEntry(e); ok {
-			info.Waiters = append(info.Waiters, Waiter{Owner: owner, TTL: time.Duration(ms) * time.Millisecond})
-		}
-	}
+	info.waiters(queue.Val(), queueLen.Val())
 	return info, nil
 }
 
@@ -303,6 +316,7 @@ type lockRead struct {
 	pttl         *redis.DurationCmd
 	fence        *redis.StringCmd
 	waitQueue    *redis.StringSliceCmd
+	waitLen      *redis.IntCmd
 	writers      *redis.IntCmd
 	now          *redis.TimeCmd
 }
@@ -315,7 +329,8 @@ func (r *lockRead) add(ctx context.Context, p redis.Pipeliner, space keys.Space,
 	r.held = p.HGetAll(ctx, space.Held(ks.Lock))
 	r.pttl = p.PTTL(ctx, ks.Lock)
 	r.fence = p.Get(ctx, ks.Fence)
-	r.waitQueue = p.LRange(ctx, ks.Queue, 0, -1)
+	r.waitQueue = p.LRange(ctx, ks.Queue, 0, MaxWaitersListed-1)
+	r.waitLen = p.LLen(ctx, ks.Queue)
 	r.writers = p.ZCard(ctx, ks.Writers)
 	r.now = p.Time(ctx)
 }

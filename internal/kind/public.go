@@ -17,6 +17,7 @@ func Public[I ~struct {
 	TTL            time.Duration
 	Token          uint64
 	Waiters        []W
+	MoreWaiters    int
 	WaitingWriters int
 	Leader         string
 	Permits        int
@@ -48,5 +49,5 @@ func Public[I ~struct {
 		}
 	}
 	return I{Type: k.Type, Name: k.Name, Locked: k.Locked, Mode: k.Mode, Holders: holders, TTL: k.TTL, Token: k.Token,
-		Waiters: waiters, WaitingWriters: k.WaitingWriters, Leader: k.Leader, Permits: k.Permits, Count: k.Count}
+		Waiters: waiters, MoreWaiters: k.MoreWaiters, WaitingWriters: k.WaitingWriters, Leader: k.Leader, Permits: k.Permits, Count: k.Count}
 }

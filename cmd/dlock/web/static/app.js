@@ -72,7 +72,7 @@
     tr.appendChild(el("td", "token num", l.token ? String(l.token) : "–"));
 
     const w = el("td", "waiters");
-    const n = l.waiters.length + (l.waiting_writers || 0);
+    const n = l.waiters.length + (l.more_waiters || 0) + (l.waiting_writers || 0);
     if (l.type === "latch") {
       // A latch's waiters listen on its channel: Redis keeps no list of them.
       w.appendChild(el("span", "muted", "–"));
@@ -141,7 +141,7 @@
     for (const l of s.locks) rows.appendChild(row(l));
     tbody.replaceChildren(rows);
     const held = s.locks.filter((l) => l.locked).length;
-    const waiters = s.locks.reduce((n, l) => n + l.waiters.length + (l.waiting_writers || 0), 0);
+    const waiters = s.locks.reduce((n, l) => n + l.waiters.length + (l.more_waiters || 0) + (l.waiting_writers || 0), 0);
     $("count-locks").textContent = String(s.locks.length + s.more);
     $("count-held").textContent = String(held);
     $("count-waiters").textContent = String(waiters);
