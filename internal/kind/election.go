@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,18 +123,29 @@ func (o *observer) subscribe(ctx context.Context) (<-chan any, func()) {
 	if cc := o.p.e.Cfg.Sharded; cc != nil {
 		return o.subscribeSharded(cc)
 	}
-	// One SUBSCRIBE for both channels: once it is confirmed, both are.
-	ps := o.p.e.Redis().Subscribe(context.WithoutCancel(ctx), o.p.ks.Changes, o.p.channel)
+	// Subscribe without channels makes no connection: the SUBSCRIBE (one
+	// for both channels: once it is confirmed, both are) is sent by the
+	// receiving goroutine, since go-redis makes a connection deaf to ctx (a
+	// Redis that accepts and never answers holds it for its timeouts).
+	ps := o.p.e.Redis().Subscribe(context.WithoutCancel(ctx))
 	msgs := make(chan any)
-	var wg sync.WaitGroup
-	wg.Add(1)
+	ended := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(ended)
+		if err := ps.Subscribe(context.WithoutCancel(ctx), o.p.ks.Changes, o.p.channel); err != nil {
+			// go-redis keeps the channels and subscribes them again on the
+			// next Receive's connection.
+			o.p.e.Cfg.Logger.Debug("dlock: observing an election failed", "name", o.p.name, "err", err)
+		}
 		receive(ctx, ps, msgs)
 	}()
 	return msgs, func() {
-		_ = ps.Close()
-		wg.Wait()
+		// Closing waits for a connection being made, deaf to ctx: done in
+		// the background, counted for Close, so the observer ends at once.
+		o.p.e.Detach(func(context.Context) {
+			_ = ps.Close()
+			<-ended
+		})
 	}
 }
 
