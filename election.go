@@ -228,7 +228,8 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 // subscribed to the election's changes channel and its lock's release
 // channel, and reads the leader from Redis when an announcement, a release
 // or a reconnection says it may have changed; while nothing changes it sends
-// no command. What it delivers is what Redis holds, never what a message
+// no command. Where pub/sub is refused (an ACL without channels), it reads
+// the leader every few seconds instead. What it delivers is what Redis holds, never what a message
 // says: a forged announcement costs one read and shows nothing. Values are
 // delivered in the order of the leaders' terms (fencing tokens), never
 // twice. The channel is closed when ctx is done or the Client is closed (at

@@ -75,8 +75,12 @@ type observer struct {
 	seq     uint64
 	last    string // the value delivered last
 	started bool
-	retry   *time.Timer // a failed read's next try
-	backoff time.Duration
+	// subscribed: the changes channel's subscription was confirmed. Until
+	// it is (pub/sub refused by an ACL, say) the observer reads Redis every
+	// re-check interval instead of waiting for messages that never come.
+	subscribed bool
+	retry      *time.Timer // a failed read's next try
+	backoff    time.Duration
 }
 
 // CloseWith implements lease.Closer: Close stops the observer.
@@ -100,6 +104,8 @@ func (o *observer) run(ctx context.Context) {
 	o.retry.Stop()
 	defer o.retry.Stop()
 	o.backoff = 50 * time.Millisecond
+	poll := time.NewTimer(o.p.e.Cfg.Recheck)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,6 +114,14 @@ func (o *observer) run(ctx context.Context) {
 			if !o.reread(ctx) {
 				return
 			}
+		case <-poll.C:
+			if o.subscribed {
+				continue
+			}
+			if !o.reread(ctx) {
+				return
+			}
+			poll.Reset(o.p.e.Cfg.Recheck)
 		case m := <-msgs:
 			if !o.handle(ctx, m, msgs) {
 				return
@@ -208,6 +222,7 @@ func (o *observer) handle(ctx context.Context, m any, msgs <-chan any) bool {
 		// Subscribed, or resubscribed after a reconnection that may have
 		// lost messages: read the state.
 		if m.Kind == "subscribe" && m.Channel == o.p.ks.Changes {
+			o.subscribed = true
 			return o.reread(ctx)
 		}
 	case *redis.Message:
