@@ -50,6 +50,9 @@ type Election struct {
 	term *leadership // the current (or last) leadership won through the handle
 }
 
+// errEmptyValue refuses "" as a leader's value: Observe's "no leader".
+var errEmptyValue = fmt.Errorf("%w: empty leader value (Observe's \"no leader\")", ErrInvalidArgument)
+
 // leadership is one won campaign.
 type leadership struct {
 	h      *lease.Lease
@@ -89,6 +92,8 @@ func (e *Election) check(ctx context.Context) error {
 
 // Campaign waits until this caller leads the election, or until ctx is done
 // (it then returns ctx's cause), and announces value as the leader's value.
+// value must not be empty (ErrInvalidArgument): Observe delivers "" for an
+// election without a leader.
 //
 // It returns a context for the leadership: it carries ctx's values but not
 // its deadline (ctx bounds the campaign only), and it is cancelled when the
@@ -99,6 +104,9 @@ func (e *Election) check(ctx context.Context) error {
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
+	}
+	if value == "" {
+		return nil, errEmptyValue
 	}
 	if lease.From(ctx, e.c.e, e.m.Name()) != nil {
 		return nil, fmt.Errorf("%w: ctx already leads the election %q", ErrInvalidArgument, e.name)
@@ -166,10 +174,14 @@ func (e *Election) Resign(ctx context.Context) error {
 // derived from it); without one, the handle's current leadership is used.
 // Leader and Observe see the new value. It returns an error, never nil,
 // once the leadership has ended: ErrNotHeld, or an error wrapping
-// ErrLockLost. Safe for concurrent use.
+// ErrLockLost. An empty value is refused, as by Campaign. Safe for
+// concurrent use.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.check(ctx); err != nil {
 		return err
+	}
+	if value == "" {
+		return errEmptyValue
 	}
 	h := lease.From(ctx, e.c.e, e.m.Name())
 	if h == nil {

@@ -293,6 +293,7 @@ func TestInvalidArguments(t *testing.T) {
 		"elector nil":      func() error { _, err := dlockgocron.NewElector(nil, "e"); return err },
 		"elector no name":  func() error { _, err := dlockgocron.NewElector(c, ""); return err },
 		"elector nil opt":  func() error { _, err := dlockgocron.NewElector(c, "e", nil); return err },
+		"elector no value": func() error { _, err := dlockgocron.NewElector(c, "e", dlockgocron.WithValue("")); return err },
 		"empty key":        func() error { _, err := newLocker(t, c).Lock(ctx, ""); return err },
 		"bad key":          func() error { _, err := newLocker(t, c).Lock(ctx, "a}b"); return err },
 		"IsLeader nil ctx": func() error { var nilCtx context.Context; return (&dlockgocron.Elector{}).IsLeader(nilCtx) },

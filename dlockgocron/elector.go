@@ -32,9 +32,12 @@ type electorConfig struct {
 
 // WithValue sets the value this instance announces as the election's leader
 // value while it leads (dlock.Election.Leader reads it). It defaults to the
-// Client's id.
+// Client's id. An empty value is refused (dlock.ErrInvalidArgument).
 func WithValue(v string) ElectorOption {
 	return func(c *electorConfig) error {
+		if v == "" {
+			return fmt.Errorf("%w: empty leader value (dlock.Election.Observe's \"no leader\")", dlock.ErrInvalidArgument)
+		}
 		c.value = v
 		return nil
 	}
