@@ -3,15 +3,17 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-dev/dlock/internal/kind"
-	"github.com/dlock-dev/dlock/internal/lease"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/kind"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/renew"
 	"github.com/dlock-dev/dlock/internal/wire"
 )
@@ -150,6 +152,12 @@ func TestHeldRecordTTLOnlyRises(t *testing.T) {
 	const k, z, rec = "rec:ttl", "rec:ttl:z", "rec:ttl:held"
 	t.Cleanup(func() { rdb.Del(context.Background(), k, z, rec) })
 	if err := rdb.HSet(ctx, k, "long", 1, "short", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Each reader's own deadline, ahead of the server's clock: a share
+	// past it is not renewed.
+	until := float64(rdb.Time(ctx).Val().UnixMilli() + 60000)
+	if err := rdb.ZAdd(ctx, z, redis.Z{Score: until, Member: "long"}, redis.Z{Score: until, Member: "short"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	renewOne := func(owner string, ttl int) {
