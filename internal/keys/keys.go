@@ -216,17 +216,64 @@ func redissonName(prefix, name string) string {
 func ClientChannel(clientID string) string { return ClientChannelPrefix + clientID }
 
 // ShardClientChannel is the client channel of clientID in the Cluster slot
-// of lockKey, "dlock:client:{<tag>}:<client id>", where tag is lockKey's
-// hash tag, or lockKey itself when it has none: with sharded pub/sub a
-// hand-off stays in the shard of the lock it is about, so each client has a
-// channel per slot it waits in. The scripts build the same name from
-// KEYS[1] (the shard_client function the sharded scripts begin with).
+// of lockKey, "dlock:client:{<Hashed(lockKey)>}:<client id>": with sharded
+// pub/sub a hand-off stays in the shard of the lock it is about, so each
+// client has a channel per slot it waits in. It follows ShardChannel's rule
+// by construction (ShardChannel leaves it as it is). The scripts build the
+// same name from KEYS[1] (the shard_client function the sharded scripts
+// begin with).
 func ShardClientChannel(clientID, lockKey string) string {
-	tag, ok := HashTag(lockKey)
-	if !ok {
-		tag = lockKey
+	return ClientChannelPrefix + "{" + Hashed(lockKey) + "}:" + clientID
+}
+
+// Hashed returns the bytes of key that Redis Cluster hashes to pick its
+// slot: its hash tag (HashTag) when it has one, else the whole key.
+func Hashed(key string) string {
+	if tag, ok := HashTag(key); ok {
+		return tag
 	}
-	return ClientChannelPrefix + "{" + tag + "}:" + clientID
+	return key
+}
+
+// ShardChannelPrefix begins the stand-in ShardChannel gives a channel that
+// hashes away from its key's slot.
+const ShardChannelPrefix = "dlock:shard:"
+
+// ShardChannel is the channel that stands for channel in sharded pub/sub
+// mode (SPUBLISH, SSUBSCRIBE) when the messages on it are about key. This
+// is the one rule for every sharded channel of every kind, and the scripts
+// apply the same rule to every channel they publish on (kind's spublish,
+// from KEYS[1]), so that both sides name the same channel:
+//
+//   - channel itself when Redis hashes the same bytes of it as of key
+//     (Hashed), so it lives in key's slot. This keeps Redisson's channels,
+//     and Redisson 3.22+'s sharded waiting on them, for every name whose
+//     Redisson channel is in its key's slot: any name without '{', a lock
+//     name with a hash tag, a latch name without one. Companion channels (a semaphore's free channel,
+//     an election's changes) and client channels (ShardClientChannel) are
+//     always in their key's slot and are left as they are.
+//   - otherwise "dlock:shard:{<Hashed(key)>}:<channel>", in key's slot,
+//     since Hashed(key) never holds a '}' (a name without a hash tag has
+//     none, see Validate). That is the case of Redisson's lock and
+//     read-write lock channels for a name with an unclosed '{' ("a{b":
+//     Redisson appends it without braces, and the channel hashes whole),
+//     and of its latch channel for a latch name with a hash tag ("{t}x":
+//     Redisson wraps it in braces again, and the channel hashes "{t").
+//
+// What cannot be fixed: Redis refuses a script's SPUBLISH on a channel of
+// another slot (7.0 lets it through only while both slots happen to be on
+// one node, which a reshard undoes), so for those names Redisson's channel
+// cannot carry a sharded message from any script, Redisson's included, and
+// sharded mode has no Redisson peer to stay compatible with: a dlock waiter
+// does not hear a Redisson release of such a name, nor a Redisson waiter a
+// dlock one (each falls back to its re-checks). Without sharding nothing
+// changes: every channel is Redisson's.
+func ShardChannel(channel, key string) string {
+	h := Hashed(key)
+	if Hashed(channel) == h {
+		return channel
+	}
+	return ShardChannelPrefix + "{" + h + "}:" + channel
 }
 
 // IsClientChannel reports whether name is clientID's channel, classic or of

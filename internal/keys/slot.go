@@ -4,9 +4,7 @@ package keys
 // of the whole key, modulo 16384), as specified by the Redis Cluster spec.
 // Batched calls group keys by slot so each call stays within one node.
 func Slot(key string) uint16 {
-	if tag, ok := HashTag(key); ok {
-		key = tag
-	}
+	key = Hashed(key)
 	var crc uint16
 	for i := 0; i < len(key); i++ {
 		crc ^= uint16(key[i]) << 8

@@ -158,6 +158,15 @@ func (s Space) ShardClientChannel(clientID, lockKey string) string {
 	return s.prefix + ShardClientChannel(clientID, lockKey)
 }
 
+// ShardChannel is ShardChannel under the Space (channel and key with the
+// namespace): a stand-in begins with the namespace too.
+func (s Space) ShardChannel(channel, key string) string {
+	if sc := ShardChannel(channel, key); sc != channel {
+		return s.prefix + sc
+	}
+	return channel
+}
+
 // IsClientChannel is IsClientChannel under the Space.
 func (s Space) IsClientChannel(name, clientID string) bool {
 	rest, ok := strings.CutPrefix(name, s.prefix)

@@ -34,6 +34,7 @@ type Election struct {
 // Init prepares p for the election name on e, whose lock is lock.
 func (p *Election) Init(e *lease.Engine, name string, ks keys.ElectionSet, lock *Mutex) {
 	p.e, p.name, p.ks = e, name, ks
+	p.ks.Changes = modeChannel(e, ks.Changes, ks.Lock)
 	p.fence = lock.Keys().Fence
 	p.channel, _ = lock.Channel()
 }

@@ -50,6 +50,7 @@ func (p *Latch) Init(e *lease.Engine, name string) {
 		return
 	}
 	p.ks = e.Cfg.Space.Latch(name)
+	p.ks.Channel = modeChannel(e, p.ks.Channel, p.ks.Count)
 }
 
 func (p *Latch) check(ctx context.Context) error {

@@ -196,7 +196,7 @@ func (p *Mutex) Undo(ctx context.Context, l *lease.Lease, q lease.Queueing, mayH
 
 // Channel implements lease.Protocol: Redisson's release channel.
 func (p *Mutex) Channel() (string, bool) {
-	p.channelOnce.Do(func() { p.ks.Channel = p.e.Cfg.Space.LockChannel(p.name) })
+	p.channelOnce.Do(func() { p.ks.Channel = modeChannel(p.e, p.e.Cfg.Space.LockChannel(p.name), p.ks.Lock) })
 	return p.ks.Channel, false
 }
 

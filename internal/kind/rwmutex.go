@@ -57,6 +57,8 @@ type Read struct{ rw *RWMutex }
 func (p *RWMutex) Init(e *lease.Engine, name string) {
 	p.e = e
 	p.ks = e.Cfg.Space.For(name)
+	p.ks.Channel = modeChannel(e, p.ks.Channel, p.ks.Lock)
+	p.ks.RWChannel = modeChannel(e, p.ks.RWChannel, p.ks.Lock)
 	p.keys = [5]any{&p.ks.Lock, &p.ks.Fence, &p.ks.Readers, &p.ks.Writers, &p.ks.Forced}
 	p.Write.rw, p.Read.rw = p, p
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/lease"
 	"github.com/dlock-dev/dlock/internal/renew"
 	"github.com/dlock-dev/dlock/internal/wire"
 )
@@ -122,33 +123,70 @@ func Source(file string) string {
 
 // script returns the script of src with its variants (wire.Variant): under
 // a namespace every channel it builds begins with the namespace, and in
-// sharded pub/sub mode every message is an SPUBLISH that stays in the shard
-// of the script's keys, a hand-off going to the waiter's client channel of
-// the lock's slot (keys.Space.ShardClientChannel), which shard_client
-// builds from KEYS[1] by Redis' hash-tag rule.
+// sharded pub/sub mode every message is an SPUBLISH (shardLua's spublish)
+// on the channel keys.ShardChannel names for KEYS[1], which keeps it in the
+// shard of the script's keys; a hand-off goes to the waiter's client channel
+// of the lock's slot (keys.Space.ShardClientChannel), which shard_client
+// builds from KEYS[1].
 func script(src string) *wire.Script {
-	return wire.NewScript(src).WithVariants(func(v wire.Variant) string {
-		out := src
-		if v.Namespace != "" {
-			out = strings.ReplaceAll(out, "'redisson_", "'"+v.Namespace+"redisson_")
-			out = strings.ReplaceAll(out, "'"+keys.ClientChannelPrefix, "'"+v.Namespace+keys.ClientChannelPrefix)
-		}
-		if v.Sharded {
-			out = strings.ReplaceAll(out, "'publish'", "'spublish'")
-			out = strings.ReplaceAll(out, "'"+v.Namespace+keys.ClientChannelPrefix+"' .. ", "shard_client() .. ")
-			out = strings.ReplaceAll(shardClientLua, "'"+keys.ClientChannelPrefix, "'"+v.Namespace+keys.ClientChannelPrefix) + out
-		}
-		return out
-	})
+	return wire.NewScript(src).WithVariants(func(v wire.Variant) string { return adapt(src, v) })
 }
 
-// shardClientLua defines shard_client: the prefix of this script's client
-// channels in the slot of KEYS[1], "dlock:client:{<tag>}:".
-const shardClientLua = `local function shard_client()
-  local k = KEYS[1]
+// adapt is script's variant v of src.
+func adapt(src string, v wire.Variant) string {
+	out := src
+	if v.Namespace != "" {
+		out = strings.ReplaceAll(out, "'redisson_", "'"+v.Namespace+"redisson_")
+		out = strings.ReplaceAll(out, "'"+keys.ClientChannelPrefix, "'"+v.Namespace+keys.ClientChannelPrefix)
+	}
+	if v.Sharded {
+		out = strings.ReplaceAll(out, "redis.pcall('publish', ", "spublish(")
+		out = strings.ReplaceAll(out, "'"+v.Namespace+keys.ClientChannelPrefix+"' .. ", "shard_client() .. ")
+		out = shardLua(v.Namespace) + out
+	}
+	return out
+}
+
+// shardLua defines the functions the sharded variant of a script begins
+// with, under the namespace ns ("ns:" or ""):
+//
+//   - hashed(k) is keys.Hashed: the part of k that Redis Cluster hashes.
+//   - shard_client() is the prefix of this script's client channels in the
+//     slot of KEYS[1], "dlock:client:{<hashed>}:" (keys.ShardClientChannel).
+//   - shard_channel(channel) is keys.Space.ShardChannel of channel and
+//     KEYS[1]: the channel itself when it is in KEYS[1]'s slot, else its
+//     stand-in there.
+//   - spublish(channel, msg) publishes msg with SPUBLISH on
+//     shard_channel(channel). Every script publishes through it, with
+//     pcall (a user whose ACL denies SPUBLISH still locks and unlocks, see
+//     lib.lua's publish).
+func shardLua(ns string) string {
+	return `local function hashed(k)
   local s = string.find(k, '{', 1, true)
   local e = s and string.find(k, '}', s + 1, true)
-  if e and e > s + 1 then k = string.sub(k, s + 1, e - 1) end
-  return '` + keys.ClientChannelPrefix + `{' .. k .. '}:'
+  if e and e > s + 1 then return string.sub(k, s + 1, e - 1) end
+  return k
+end
+local function shard_client()
+  return '` + ns + keys.ClientChannelPrefix + `{' .. hashed(KEYS[1]) .. '}:'
+end
+local function shard_channel(channel)
+  local h = hashed(KEYS[1])
+  if hashed(channel) == h then return channel end
+  return '` + ns + keys.ShardChannelPrefix + `{' .. h .. '}:' .. channel
+end
+local function spublish(channel, msg)
+  return redis.pcall('spublish', shard_channel(channel), msg)
 end
 `
+}
+
+// modeChannel is ch, a channel whose messages are about key (the first key
+// of the scripts that publish on it), as e's pub/sub mode names it:
+// keys.Space.ShardChannel in sharded mode, ch itself otherwise.
+func modeChannel(e *lease.Engine, ch, key string) string {
+	if e.Cfg.Sharded != nil {
+		return e.Cfg.Space.ShardChannel(ch, key)
+	}
+	return ch
+}

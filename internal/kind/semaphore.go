@@ -59,6 +59,7 @@ func (p *Semaphore) Init(e *lease.Engine, name string, n int) {
 	p.e, p.name = e, name
 	p.n.Store(int64(n))
 	p.ks = e.Cfg.Space.Semaphore(name)
+	p.ks.Free = modeChannel(e, p.ks.Free, p.ks.Permits)
 	p.keys = []any{p.ks.Permits, p.ks.Size, p.ks.Queue, p.ks.Seen}
 }
 

@@ -8,9 +8,10 @@ import (
 // subscribed with SSUBSCRIBE on the master of its slot by a
 // shardsub.Subscriber, which follows the slot through migrations, failovers
 // and dropped connections. A message stays in its shard: a release's "0"
-// in the lock's slot, and a hand-off on the client channel of the lock's
-// slot (keys.ShardClientChannel), so a client has a channel per slot it
-// waits in. A channel subscribed again after it was lost wakes its waiters
+// on the channel keys.ShardChannel names in the lock's slot, and a
+// hand-off on the client channel of the lock's slot
+// (keys.ShardClientChannel), so a client has a channel per slot it waits
+// in. A channel subscribed again after it was lost wakes its waiters
 // to re-check, since a message sent in between is lost.
 
 // startSharded starts the sharded subscriber. The caller holds h.mu.
