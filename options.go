@@ -258,8 +258,11 @@ func withRecheck(d time.Duration) Option {
 // TTL or the end of the wait), then tries again. Use it where pub/sub is not
 // available (some proxies and managed offerings) or not wanted; it costs a
 // script call per waiter per backoff, where pub/sub mode costs about one per
-// grant. Typical values: 1ms and 128ms; max is at most MaxSpinBackoff. The
-// semantics are otherwise the same.
+// grant. Typical values: 1ms and 128ms; max is at most MaxSpinBackoff. A
+// waiter that queues (a FairMutex's, a Semaphore's) polls at least four
+// times per hand-off claim window (WithHandoffClaim) whatever max is: a
+// hand-off to it that it does not claim in time goes to the next in line.
+// The semantics are otherwise the same.
 func WithSpin(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min < time.Microsecond*100 || max < min || max > MaxSpinBackoff {

@@ -34,6 +34,13 @@ func (a *acquisition) spin(ctx, waitCtx context.Context) (bool, error) {
 		if r.Wait >= 0 {
 			d = min(d, r.Wait)
 		}
+		if a.q.Entry != "" {
+			// Queued: a hand-off to this waiter tells nobody (ticket 0)
+			// and lapses after the claim window, and the next waiter
+			// then has its turn. Look for one four times per window
+			// whatever the backoff has grown to, as a stalled popper does.
+			d = min(d, e.Cfg.Claim/4)
+		}
 		if timer == nil {
 			timer = time.NewTimer(d)
 			defer timer.Stop()
