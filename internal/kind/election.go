@@ -186,7 +186,10 @@ func (o *observer) subscribeSharded(cc *redis.ClusterClient) (<-chan any, func()
 	if err := sub.Subscribe(o.p.ks.Changes, o.p.channel); err != nil {
 		o.p.e.Cfg.Logger.Debug("dlock: observing an election failed", "name", o.p.name, "err", err)
 	}
-	return msgs, func() { _ = sub.Close() }
+	// Closing waits for the subscriber's Redis calls in progress, which end
+	// only within the Cluster client's timeouts: done in the background,
+	// counted for Close, as subscribe's.
+	return msgs, func() { o.p.e.Detach(func(context.Context) { _ = sub.Close() }) }
 }
 
 // receive passes ps's messages to msgs until ctx is done or ps is closed.

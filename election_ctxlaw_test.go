@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
 )
 
 // Election's calls honour ctx against a Redis that accepts and never
@@ -44,5 +46,40 @@ func TestElectionContextIsLaw(t *testing.T) {
 		if took > budget+slack {
 			t.Errorf("%s took %v with a %v ctx", name, took, budget)
 		}
+	}
+}
+
+// The same on a Cluster, where Observe listens through sharded pub/sub:
+// with every master frozen (it accepts and never answers), the observer's
+// channel closes within moments of ctx's end, not after the Cluster
+// client's timeouts, which closing the sharded subscriber waits for.
+func TestElectionObserveShardedContextIsLaw(t *testing.T) {
+	cl := testenv.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
+		DialTimeout: 20 * time.Second, ReadTimeout: 20 * time.Second, WriteTimeout: 20 * time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { cc.Close() })
+	c := newClientOn(t, cc)
+	ctx := ctxT(t)
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes() {
+		if err := n.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Resume() })
+	}
+	const budget, slack = 200 * time.Millisecond, time.Second
+	octx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	start := time.Now()
+	for range c.Election("el:sharded-law").Observe(octx) {
+	}
+	if took := time.Since(start); took > budget+slack {
+		t.Errorf("Observe's channel closed %v after it began, with a %v ctx", took, budget)
+	}
+	for _, n := range cl.Nodes() {
+		_ = n.Resume()
 	}
 }
