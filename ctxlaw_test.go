@@ -47,58 +47,127 @@ func TestContextIsLaw(t *testing.T) {
 				t.Fatal(err)
 			}
 			const budget = 100 * time.Millisecond
-			// Slack for a loaded 2-core box; the failures this catches are
-			// seconds long.
-			const slack = 400 * time.Millisecond
-			calls := map[string]func(ctx context.Context) error{
-				"Lock": func(ctx context.Context) error { return c.Mutex("law").Lock(ctx) },
-				"TryLock": func(ctx context.Context) error {
-					_, err := c.Mutex("law").TryLock(ctx, 10*time.Second, 0)
-					return err
-				},
-				"TryLock no wait": func(ctx context.Context) error {
-					_, err := c.Mutex("law").TryLock(ctx, 0, 0)
-					return err
-				},
-				"WithLock": func(ctx context.Context) error {
-					return c.WithLock(ctx, "law", func(context.Context) error { return nil })
-				},
-				"FairMutex": func(ctx context.Context) error { return c.FairMutex("law:fair").Lock(ctx) },
-				"RLock":     func(ctx context.Context) error { return c.RWMutex("law:rw").RLock(ctx) },
-				"RWMutex":   func(ctx context.Context) error { return c.RWMutex("law:rw").Lock(ctx) },
-				"MultiLock": func(ctx context.Context) error {
-					return c.MultiLock(c.Mutex("law:a"), c.Mutex("law:b")).Lock(ctx)
-				},
-				"Inspect":     func(ctx context.Context) error { _, err := c.Inspect(ctx, "law"); return err },
-				"IsLocked":    func(ctx context.Context) error { _, err := c.Mutex("law").IsLocked(ctx); return err },
-				"ForceUnlock": func(ctx context.Context) error { _, err := c.Mutex("law").ForceUnlock(ctx); return err },
-			}
-			for name, call := range calls {
-				ctx, cancel := context.WithTimeout(context.Background(), budget)
-				start := time.Now()
-				err := call(ctx)
-				took := time.Since(start)
-				cancel()
-				if err == nil {
-					t.Errorf("%s against a %s Redis succeeded", name, target.name)
-				}
-				if took > budget+slack {
-					t.Errorf("%s with a %v ctx returned after %v (err %v)", name, budget, took, err)
-				}
-			}
+			checkLaw(t, target.name, budget, lawCalls(c))
 			// The wait bounds the whole call too, network time included.
 			start := time.Now()
 			ok, err := c.Mutex("law").TryLock(context.Background(), 300*time.Millisecond, 0)
-			if took := time.Since(start); ok || took > 300*time.Millisecond+slack || !errors.Is(err, ErrUnavailable) {
+			if took := time.Since(start); ok || took > 300*time.Millisecond+lawSlack || !errors.Is(err, ErrUnavailable) {
 				t.Errorf("TryLock with a 300ms wait = %v, %v after %v; want ErrUnavailable within the wait", ok, err, took)
 			}
 			start = time.Now()
 			if err := c.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}
-			if took := time.Since(start); took > 500*time.Millisecond+slack {
+			if took := time.Since(start); took > 500*time.Millisecond+lawSlack {
 				t.Errorf("Close took %v with a 500ms close timeout", took)
 			}
 		})
+	}
+}
+
+// lawSlack is the slack a call gets past its ctx on a loaded 2-core box;
+// the failures the ctx tests catch are seconds long.
+const lawSlack = 400 * time.Millisecond
+
+// lawCalls are the calls the ctx tests make, each of which must fail
+// against a Redis that cannot answer.
+func lawCalls(c *Client) map[string]func(ctx context.Context) error {
+	return map[string]func(ctx context.Context) error{
+		"Lock": func(ctx context.Context) error { return c.Mutex("law").Lock(ctx) },
+		"TryLock": func(ctx context.Context) error {
+			_, err := c.Mutex("law").TryLock(ctx, 10*time.Second, 0)
+			return err
+		},
+		"TryLock no wait": func(ctx context.Context) error {
+			_, err := c.Mutex("law").TryLock(ctx, 0, 0)
+			return err
+		},
+		"WithLock": func(ctx context.Context) error {
+			return c.WithLock(ctx, "law", func(context.Context) error { return nil })
+		},
+		"FairMutex": func(ctx context.Context) error { return c.FairMutex("law:fair").Lock(ctx) },
+		"RLock":     func(ctx context.Context) error { return c.RWMutex("law:rw").RLock(ctx) },
+		"RWMutex":   func(ctx context.Context) error { return c.RWMutex("law:rw").Lock(ctx) },
+		"MultiLock": func(ctx context.Context) error {
+			return c.MultiLock(c.Mutex("law:a"), c.Mutex("law:b")).Lock(ctx)
+		},
+		"Inspect":     func(ctx context.Context) error { _, err := c.Inspect(ctx, "law"); return err },
+		"IsLocked":    func(ctx context.Context) error { _, err := c.Mutex("law").IsLocked(ctx); return err },
+		"ForceUnlock": func(ctx context.Context) error { _, err := c.Mutex("law").ForceUnlock(ctx); return err },
+		"Campaign":    func(ctx context.Context) error { _, err := c.Election("law:el").Campaign(ctx, "v"); return err },
+		"Leader":      func(ctx context.Context) error { _, err := c.Election("law:el").Leader(ctx); return err },
+		// Observe's channel closes once ctx ends (its subscription is
+		// closed in the background).
+		"Observe": func(ctx context.Context) error {
+			for range c.Election("law:el").Observe(ctx) {
+			}
+			return ctx.Err()
+		},
+	}
+}
+
+// checkLaw runs each call with a ctx of budget and reports those that
+// succeeded or outlived their ctx.
+func checkLaw(t *testing.T, target string, budget time.Duration, calls map[string]func(ctx context.Context) error) {
+	t.Helper()
+	for name, call := range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			t.Errorf("%s against a %s Redis succeeded", name, target)
+		}
+		if took > budget+lawSlack {
+			t.Errorf("%s with a %v ctx returned after %v (err %v)", name, budget, took, err)
+		}
+	}
+}
+
+// The same on a Cluster whose masters all freeze (they accept and never
+// answer) after the Client has learned the topology and subscribed: the
+// sharded subscriber, the Cluster client's redirects and its slot reloads
+// must not hold a call past its ctx. The Cluster client's own timeouts are
+// a minute, so a call that waits for one fails the test.
+func TestContextIsLawOnAFrozenCluster(t *testing.T) {
+	cl := testenv.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
+		DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { cc.Close() })
+	c, err := New(cc, WithCloseTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	held := c.Mutex("law:held")
+	if err := held.Lock(ctx); err != nil { // subscribes, and fills the slot map
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes() {
+		if err := n.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Resume() })
+	}
+	calls := lawCalls(c)
+	calls["Unlock"] = func(ctx context.Context) error { return held.Unlock(ctx) }
+	calls["Semaphore"] = func(ctx context.Context) error {
+		_, err := c.Semaphore("law:sem", 1).Acquire(ctx, 10*time.Second, 0)
+		return err
+	}
+	calls["Latch"] = func(ctx context.Context) error { return c.CountDownLatch("law:latch").Wait(ctx) }
+	calls["Locks"] = func(ctx context.Context) error { _, err := c.Locks(ctx, "law*"); return err }
+	checkLaw(t, "frozen Cluster", 100*time.Millisecond, calls)
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond+lawSlack {
+		t.Errorf("Close took %v with a 500ms close timeout", took)
+	}
+	for _, n := range cl.Nodes() {
+		_ = n.Resume()
 	}
 }
