@@ -144,7 +144,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 // is sent even when ctx is done (detached, bounded by the cleanup timeout;
 // ctx may be the leadership context itself). It returns ErrNotHeld when the
 // handle does not lead, and an error wrapping ErrLockLost when the
-// leadership had been lost.
+// leadership had been lost. With a leadership context (Campaign's, or one
+// derived from it) it ends that term only: once that term has ended, it
+// reports so and leaves alone a term the handle won since, which is
+// another caller's to end.
 func (e *Election) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -154,6 +157,15 @@ func (e *Election) Resign(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	t := e.term
+	if own := lease.From(ctx, e.c.e, e.m.Name()); own != nil && (t == nil || t.h != own) {
+		// ctx is the leadership context of a term that has ended: the
+		// handle's current term, if any, is another caller's to end.
+		e.mu.Unlock()
+		if err := own.Err(); err != nil {
+			return err
+		}
+		return ErrNotHeld
+	}
 	e.term = nil
 	e.mu.Unlock()
 	if t == nil {

@@ -1,9 +1,12 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // Observe delivers "" for "no leader", so a leader must not announce ""
@@ -40,6 +43,47 @@ func TestElectionEmptyValueRefused(t *testing.T) {
 		t.Fatalf("Leader = %q, %v", v, err)
 	}
 	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Resign with the leadership context of a term that has ended (lost, say)
+// reports that term's end and leaves alone the term the handle won since
+// for another caller: before, it ended whatever term the handle had.
+func TestElectionResignOfAnEndedTerm(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	c := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
+	const name = "el:resign-late"
+	e := c.Election(name)
+	first, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The term is lost: its lock vanishes, and the next renewal says so.
+	if err := rdb.Del(ctx, keys.Companion(keys.ElectionPrefix, name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.Done():
+	case <-ctx.Done():
+		t.Fatal("the first term never learned of its loss")
+	}
+	second, err := e.Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(first); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Resign with the lost term's context = %v, want its loss", err)
+	}
+	if err := second.Err(); err != nil {
+		t.Fatalf("Resign with the lost term's context ended the next term: %v", context.Cause(second))
+	}
+	if v, err := e.Leader(ctx); v != "b" || err != nil {
+		t.Fatalf("Leader = %q, %v; want the second term's", v, err)
+	}
+	if err := e.Resign(second); err != nil {
 		t.Fatal(err)
 	}
 }
