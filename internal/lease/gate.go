@@ -50,7 +50,17 @@ type baton struct {
 	// A pass in memory: the hold's field and when it stops being certain.
 	field      string
 	validUntil time.Time
+	// mayHold marks a gate without a token after a pass in Redis whose
+	// outcome is unknown (no answer, or an answer that the releaser's
+	// field was gone: the pass's own first send, resent, may have made
+	// it): the waiter may hold in Redis, and one that leaves must undo
+	// it, as for a baton with a token.
+	mayHold bool
 }
+
+// grants reports whether b may carry a hold in Redis that a waiter who
+// leaves must undo.
+func (b baton) grants() bool { return b.token != 0 || b.mayHold }
 
 // tryEnter takes the gate if it is free.
 func (g *gate) tryEnter() bool {
@@ -99,13 +109,11 @@ func (g *gate) enterAs(ctx context.Context, w *gateWaiter) (baton, error) {
 	// be on its way from a Redis that does not answer).
 	select {
 	case b := <-w.ch:
-		if b.token == 0 {
+		if !b.grants() || w.abandoned == nil {
 			g.exit()
 			return baton{}, context.Cause(ctx)
 		}
-		if w.abandoned != nil {
-			go w.abandoned(b)
-		}
+		go w.abandoned(b)
 	default:
 		if w.abandoned != nil {
 			go func() { w.abandoned(<-w.ch) }()

@@ -96,3 +96,50 @@ func TestGateIsFIFO(t *testing.T) {
 		}
 	}
 }
+
+// A waiter that leaves as the gate is handed to it after a pass in Redis
+// whose outcome is unknown (mayHold, no token) undoes what the pass may
+// have granted it, as for a baton with a token; without the mark it only
+// passes the gate on. (handle.go's abandoned undoes when the baton grants.)
+func TestGateLeavingWaiterUndoesAMaybePass(t *testing.T) {
+	for _, b := range []baton{{mayHold: true}, {token: 7}, {}} {
+		var g gate
+		if !g.tryEnter() {
+			t.Fatal("a free gate was not entered")
+		}
+		undone := make(chan baton, 1)
+		w := &gateWaiter{next: &Lease{}, abandoned: func(b baton) {
+			if b.grants() {
+				undone <- b
+			}
+			g.exit()
+		}}
+		ctx, cancel := context.WithCancel(context.Background())
+		entered := make(chan error, 1)
+		go func() { _, err := g.enterAs(ctx, w); entered <- err }()
+		var r *gateWaiter
+		for deadline := time.Now().Add(5 * time.Second); r == nil; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter never queued at the gate")
+			}
+			r, _ = g.reserve()
+		}
+		cancel()
+		if err := <-entered; !errors.Is(err, context.Canceled) {
+			t.Fatalf("enterAs = %v, want its ctx's end", err)
+		}
+		g.handOver(r, b) // the baton comes after the waiter left
+		select {
+		case <-undone:
+		case <-time.After(time.Second):
+			if b.grants() {
+				t.Fatalf("baton %+v: the leaving waiter did not undo what it may hold", b)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); !g.tryEnter(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("baton %+v: the gate is still held after the waiter left", b)
+			}
+		}
+	}
+}

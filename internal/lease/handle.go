@@ -140,10 +140,10 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl, lease t
 		w.next, w.ttl, w.lease = next, ttl, lease
 		w.abandoned = func(b baton) {
 			hd.e.Detach(func(ctx context.Context) {
-				if b.token != 0 {
-					// Passed to a waiter that had left: the kind's Undo
-					// passes the hold on in Redis, as for a grant whose
-					// reply came too late.
+				if b.grants() {
+					// Passed to a waiter that had left (or maybe passed):
+					// the kind's Undo passes the hold on in Redis, if it
+					// is there, as for a grant whose reply came too late.
 					if b.field != "" {
 						next.field = b.field // passed in memory
 					}

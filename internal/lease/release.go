@@ -163,8 +163,13 @@ func (h *Lease) released(ctx context.Context, cmd redis.Cmder) error {
 		return h.conclude(r, err)
 	}
 	r, top, err := h.p.(Passer).PassReply(cmd)
-	if top != 0 {
+	switch {
+	case top != 0:
 		h.rel.baton.takeTokens(top, h.p.(Passer).Spare())
+	case err != nil || !r.Found && r.Why == CodeGone:
+		// The pass may have been made: unanswered, or resent after its
+		// first send made it (which took the releaser's field).
+		h.rel.baton.mayHold = true
 	}
 	return h.conclude(r, err)
 }
