@@ -41,7 +41,7 @@ const (
 // resend sends calls, each redirected, again until each is answered with
 // anything but a redirect, then finishes them. A call whose caller left is
 // finished with its last redirect once the cleanup timeout has passed since
-// the caller left was seen.
+// the caller left was seen, and a droppable one at once.
 func (b *batcher) resend(calls []*Call) {
 	ctx := context.Background()
 	backoff := firstRedirectBackoff
@@ -49,6 +49,24 @@ func (b *batcher) resend(calls []*Call) {
 	for len(calls) > 0 {
 		time.Sleep(backoff)
 		backoff = min(2*backoff, maxRedirectBackoff)
+		// A droppable call whose caller left is not sent again: its last
+		// send did not run (a redirect says so), and it must not run once
+		// its caller stopped waiting (a renewal of a hold its holder was
+		// told it lost). It is finished with its redirect.
+		var dropped []*Call
+		sendAgain := calls[:0]
+		for _, cl := range calls {
+			if cl.Droppable && cl.state.Load() == abandoned {
+				dropped = append(dropped, cl)
+			} else {
+				sendAgain = append(sendAgain, cl)
+			}
+		}
+		calls = sendAgain
+		b.finish(dropped)
+		if len(calls) == 0 {
+			return
+		}
 		for _, cl := range calls {
 			cl.Cmd.SetErr(nil)
 			expectReply(cl.Cmd)
