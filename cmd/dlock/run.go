@@ -65,7 +65,8 @@ Every phase is bounded, and what ends one is said on stderr:
     the wait with exit 69 (within --wait and a second);
   - CMD: as long as it runs, or until --lease runs out; a Redis that stops
     answering costs the lock within --watchdog;
-  - a lost lock: SIGTERM to CMD at once, SIGKILL --grace later;
+  - a lost lock: SIGTERM to CMD's group at once, SIGKILL --grace later to
+    what of the group still runs, even once CMD itself has exited;
   - after CMD: the release waits up to ` + releaseTimeout.String() + ` for Redis (announced after
     ` + releaseNotice.String() + `), then closing takes up to ` + closeTimeout.String() + `: dlock exits at most
     ` + (releaseTimeout + closeTimeout).String() + ` after CMD does. A lock it could not release expires by its
@@ -318,7 +319,35 @@ func (a *app) supervise(m heldLock, name string, argv []string, grace time.Durat
 			fmt.Fprintf(a.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], grace)
 			_ = signalChild(cmd, syscall.SIGKILL)
 		case err := <-exited:
+			if killTimer != nil && kill != nil {
+				// CMD left at the SIGTERM, but the SIGKILL promised after
+				// grace is for its whole group: a job it started that
+				// ignores SIGTERM must not run on without the lock.
+				a.killGroupAfter(cmd, argv[0], grace, kill, sigs)
+			}
 			return exitCode(err), lost
+		}
+	}
+}
+
+// killGroupAfter waits, once CMD has exited while being terminated, until
+// the rest of its process group has left too or kill fires (the grace after
+// SIGTERM ran out), and then sends the group SIGKILL. Another signal in sigs
+// sends it at once.
+func (a *app) killGroupAfter(cmd *exec.Cmd, what string, grace time.Duration, kill <-chan time.Time, sigs <-chan os.Signal) {
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for groupAlive(cmd) {
+		select {
+		case <-poll.C:
+		case <-kill:
+			fmt.Fprintf(a.stderr, "dlock: processes %s started still running %v after SIGTERM; sending SIGKILL to its process group\n", what, grace)
+			_ = signalChild(cmd, syscall.SIGKILL)
+			return
+		case <-sigs:
+			fmt.Fprintf(a.stderr, "dlock: sending SIGKILL to the process group of %s\n", what)
+			_ = signalChild(cmd, syscall.SIGKILL)
+			return
 		}
 	}
 }

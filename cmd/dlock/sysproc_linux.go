@@ -18,3 +18,9 @@ func prepareChild(cmd *exec.Cmd) {
 func signalChild(cmd *exec.Cmd, sig syscall.Signal) error {
 	return syscall.Kill(-cmd.Process.Pid, sig)
 }
+
+// groupAlive reports whether a process of CMD's group is still there (CMD
+// itself, once waited for, is not).
+func groupAlive(cmd *exec.Cmd) bool {
+	return syscall.Kill(-cmd.Process.Pid, 0) == nil
+}

@@ -15,3 +15,6 @@ func prepareChild(*exec.Cmd) {}
 func signalChild(cmd *exec.Cmd, sig syscall.Signal) error {
 	return cmd.Process.Signal(sig)
 }
+
+// groupAlive reports false: CMD has no process group of its own here.
+func groupAlive(*exec.Cmd) bool { return false }
