@@ -26,6 +26,9 @@ func redactURL(raw string) string {
 	if u.Opaque != "" {
 		return u.Scheme + ":(hidden)"
 	}
+	if strayAt(u) {
+		return u.Scheme + "://(hidden: " + strayAtWhy + ")"
+	}
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), hidden)
 	}
@@ -51,6 +54,31 @@ func secretParam(key string) bool {
 	k = strings.ToLower(k)
 	for _, w := range secretWords {
 		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// strayAtWhy says what strayAt found, for messages.
+const strayAtWhy = "an '@' outside the user part: a user or password with an unescaped '/', '?' or '#'"
+
+// strayAt reports whether the parsed URL has an '@' outside its user part:
+// in a redis:// path or fragment, in a query parameter's name, or in the
+// value of one that does not name a secret (secretParam). That is a user
+// and password whose '/', '?' or '#' was not percent-encoded, which moved
+// the rest of the password out of the user part, where nothing hides it;
+// or credentials given where none belong (a Cluster seed's &addr=u:pw@h).
+func strayAt(u *url.URL) bool {
+	if u.Scheme != "unix" && strings.Contains(u.EscapedPath(), "@") {
+		return true // a Unix socket's path may hold '@'; a db number not
+	}
+	if strings.Contains(u.EscapedFragment(), "@") {
+		return true
+	}
+	for _, p := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(p, "=")
+		if strings.Contains(k, "@") || (strings.Contains(v, "@") && !secretParam(k)) {
 			return true
 		}
 	}

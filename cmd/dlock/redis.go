@@ -90,6 +90,11 @@ func parseTarget(raw string) (*target, error) {
 	if err != nil {
 		return nil, usagef("bad Redis URL %s: not a URL (want redis://host:port[/db], see dlock --help)", redactURL(u))
 	}
+	if strayAt(parsed) {
+		// go-redis's error would quote the password's rest ("invalid
+		// database number"), and a fragment would be dropped silently.
+		return nil, usagef("bad Redis URL (hidden): %s; percent-encode them (%%2F, %%3F, %%23, %%40)", strayAtWhy)
+	}
 	q := parsed.Query()
 	t := &target{}
 	switch {
