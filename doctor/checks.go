@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -425,7 +426,9 @@ func (d *doctor) writeProbe(ctx context.Context, c cmdable, key string) (keyResu
 		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			set = p.Set(ctx, key, "dlock doctor probe", probeTTL)
 			if d.opts.ReplicaAck > 0 {
-				wait = p.Do(ctx, "wait", d.opts.ReplicaAck, d.opts.ReplicaTimeout.Milliseconds())
+				// In whole milliseconds, rounded up: WAIT N 0 blocks for ever.
+				ms := (d.opts.ReplicaTimeout + time.Millisecond - 1) / time.Millisecond
+				wait = p.Do(ctx, "wait", d.opts.ReplicaAck, int64(ms))
 			}
 			del = p.Del(ctx, key)
 			return nil

@@ -82,6 +82,10 @@ Exit codes: 0 nothing failed (warnings allowed), 1 a check failed,
 			if timeout <= 0 {
 				return usagef("--timeout must be positive, got %v", timeout)
 			}
+			if opts.ReplicaAck > 0 && opts.ReplicaTimeout >= timeout {
+				// The WAIT would outlive the check, which would blame Redis.
+				return usagef("--replica-timeout %v must be below --timeout %v", opts.ReplicaTimeout, timeout)
+			}
 			rdb, t, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
