@@ -125,6 +125,9 @@ Exit codes:
 					return usagef("%s must not be negative, got %v", d.flag, d.v)
 				}
 			}
+			if f.lease > 0 && f.lease < time.Millisecond {
+				return usagef("--lease must be 0 (watchdog mode) or at least 1ms, Redis' resolution, got %v", f.lease)
+			}
 			if f.watchdog < dlock.MinWatchdogTimeout {
 				return usagef("--watchdog must be at least %v, got %v", dlock.MinWatchdogTimeout, f.watchdog)
 			}
@@ -210,6 +213,8 @@ func (a *app) run(ctx context.Context, f runFlags, name string, argv []string) e
 	switch {
 	case errors.Is(err, dlock.ErrUnavailable):
 		return exitf(exitUnavailable, "no answer from Redis at %s to the lock call for %s (--wait %v)", t.where(), shortName(name), f.wait)
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return usagef("acquiring %s: %v", shortName(name), err) // not Redis's fault: exit 2
 	case err != nil:
 		return t.failure(err, "acquiring %s: %v", shortName(name), err)
 	case !ok:
