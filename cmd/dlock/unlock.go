@@ -40,7 +40,8 @@ rest (its fencing counter exists) is refused with exit 2: unlock it with
 
 Exit codes: 0 done (held or not), 2 without --force, with a bad name or
 with a tenant's lock without its namespace, 65 NAME is not a lock (left as
-it is), 69 Redis unreachable, 1 other failures.`,
+it is), 69 Redis unreachable or not answering, 77 Redis refused (a wrong
+password, an ACL denial), 1 other failures.`,
 		Example: `  dlock unlock --force nightly-report
   dlock --redis redis://10.0.0.5:6379/2 unlock --force coupon:issue:42`,
 		Args: wrapArgs(func(_ *cobra.Command, args []string) error {
@@ -57,7 +58,7 @@ it is), 69 Redis unreachable, 1 other failures.`,
 			if !force {
 				return exitf(exitUsage, "refusing to unlock %s without --force: this breaks the lock under its holder, which may still be working (see dlock unlock --help)", name)
 			}
-			rdb, _, err := a.connect(cmd.Context())
+			rdb, t, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -68,8 +69,13 @@ it is), 69 Redis unreachable, 1 other failures.`,
 			}
 			defer c.Close()
 			msg, err := forceUnlockMsg(cmd.Context(), c, name)
-			if err != nil {
+			var coded *exitError
+			switch {
+			case errors.As(err, &coded):
 				return err
+			case err != nil:
+				// A refusal exits 77, no answer 69, as after the PING.
+				return t.failure(err, "no answer from Redis at %s: %v", t.where(), err)
 			}
 			fmt.Fprintln(a.stdout, msg)
 			return nil
