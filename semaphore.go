@@ -58,13 +58,19 @@ type Semaphore struct {
 	p  kind.Semaphore
 }
 
+// maxPermits bounds a semaphore's size: Redis' scripts count permits in
+// Lua numbers (doubles), exact only up to 2^53, and a sum of permits held
+// and asked for reaches twice the size.
+const maxPermits = 1 << 52
+
 // Semaphore returns a handle on the semaphore name; permits is the size a
 // semaphore that does not exist yet gets (see Semaphore). A bad name or a
-// number below one is reported (ErrInvalidArgument) by every call.
+// number below one or above 2^52 is reported (ErrInvalidArgument) by every
+// call.
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
 	s := &Semaphore{}
-	if permits <= 0 {
-		s.hd.InitInvalid(c.e, name, fmt.Errorf("%w: semaphore %q needs at least one permit, got %d", ErrInvalidArgument, name, permits))
+	if permits <= 0 || int64(permits) > maxPermits {
+		s.hd.InitInvalid(c.e, name, fmt.Errorf("%w: semaphore %q needs from one to 2^52 permits, got %d", ErrInvalidArgument, name, permits))
 		return s
 	}
 	s.hd.Init(c.e, name, &s.p)
@@ -128,14 +134,15 @@ func permitRequest(wait, d time.Duration, n int) lease.Request {
 // waiters that now fit (in arrival order). Shrinking it takes nothing from
 // the holders: new permits wait until those held fall below the new size,
 // and a waiter for more than n permits fails with ErrInvalidArgument. It
-// returns ErrInvalidArgument for n < 1 (without a network call), ErrClosed,
+// returns ErrInvalidArgument for n < 1 or n > 2^52 (without a network
+// call), ErrClosed,
 // or ctx's cause once ctx is done (the change may then still happen).
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.hd.Check(ctx, 0); err != nil {
 		return err
 	}
-	if n < 1 {
-		return fmt.Errorf("%w: semaphore %q needs at least one permit, got %d", ErrInvalidArgument, s.hd.Name(), n)
+	if n < 1 || int64(n) > maxPermits {
+		return fmt.Errorf("%w: semaphore %q needs from one to 2^52 permits, got %d", ErrInvalidArgument, s.hd.Name(), n)
 	}
 	return s.p.SetPermits(ctx, n)
 }
