@@ -22,7 +22,9 @@ import (
 // it; "redisson_countdownlatch__channel__{name}" carries "1" when a count is
 // set and "0" when it reaches zero. dlock adds dlock:latch-downs:{name}, a
 // set of the ids of the count-downs made, living as long as the count, so
-// that a count-down go-redis resends counts once, and dlock:latch:{name},
+// that a count-down go-redis resends counts once (it also keeps, once the
+// count reached zero, the marker's value, so that a resent TrySetCount does
+// not arm the opened latch again), and dlock:latch:{name},
 // a marker set with the count and deleted with it, by which Client.Locks
 // finds the latch (a latch Redisson armed has none and is not listed); it
 // holds the id of the TrySetCount call that set the count, so that the
@@ -40,7 +42,8 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 
 // TrySetCount sets the count to n when the latch does not exist (true);
 // otherwise it changes nothing (false). A call resent because its reply was
-// lost still reports true. The latch lives at most ttl. n < 1
+// lost still reports true, and does not arm again a latch its count was
+// counted down to zero since. The latch lives at most ttl. n < 1
 // or ttl <= 0 gives ErrInvalidArgument, with no network call.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bool, error) {
 	return l.p.TrySetCount(ctx, n, ttl)

@@ -342,7 +342,7 @@ func TestLatchResentTrySetCountAnswersTrue(t *testing.T) {
 	watchTTLs(t, rdb, ks.Count, ks.Downs, ks.Marker)
 	set := func(n int64, id string) int64 {
 		t.Helper()
-		v, err := rdb.Eval(ctx, kind.Source("latch_set.lua"), []string{ks.Count, ks.Marker}, n, 30000, ks.Channel, id).Int64()
+		v, err := rdb.Eval(ctx, kind.Source("latch_set.lua"), []string{ks.Count, ks.Marker, ks.Downs}, n, 30000, ks.Channel, id).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

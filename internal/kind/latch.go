@@ -80,7 +80,7 @@ func (p *Latch) TrySetCount(ctx context.Context, n int64, ttl time.Duration) (bo
 		return false, fmt.Errorf("%w: latch %q: ttl %v, at least 1ms is needed (a latch never lives forever)", lease.ErrInvalidArgument, p.name, ttl)
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)
-	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker}, n, lease.Ms(ttl), p.ks.Channel, id)
+	set, err := p.run(ctx, scriptLatchSet, []any{p.ks.Count, p.ks.Marker, p.ks.Downs}, n, lease.Ms(ttl), p.ks.Channel, id)
 	return set == 1, err
 }
 

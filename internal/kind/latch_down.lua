@@ -4,7 +4,10 @@
 -- twice. Each call's id is recorded in a set that lives as long as the
 -- count (ARGV[3] when the count has no TTL: a latch Redisson set).
 --
--- At zero or below the latch's marker (latch_set.lua) goes with the count.
+-- At zero or below the latch's marker (latch_set.lua) goes with the count,
+-- and its value (the count set and the id of the call that set it; no
+-- count-down id has a space) joins the count-downs' ids: a resend of that
+-- TrySetCount finds it there and does not arm the latch again.
 --
 -- KEYS[1] the count, KEYS[2] the ids of the latch's count-downs, KEYS[3]
 -- the latch's marker.
@@ -30,6 +33,8 @@ end
 redis.call('pexpire', KEYS[2], ttl)
 local v = redis.call('decr', KEYS[1])
 if v <= 0 then
+  local m = redis.pcall('get', KEYS[3])
+  if type(m) == 'string' then redis.call('sadd', KEYS[2], m) end
   redis.call('del', KEYS[1], KEYS[3])
   if v == 0 then
     redis.pcall('publish', ARGV[1], '0')
