@@ -293,6 +293,10 @@ func (a *acquisition) try(ctx context.Context) (Reply, time.Time, bool, error) {
 // failed ends an acquisition whose attempt or subscription failed. The
 // attempt may have queued or even granted us with its reply lost: unless
 // the wire undoes it (left), it is undone here, in the background. The
+// wire undoes only a call it sent: one it dropped, unsent, leaves the entry
+// that an earlier attempt queued, so a waiter that left with its entry
+// queued leaves the queue here too (as giveUp; a second Undo of a call
+// sent finds nothing more to undo). The
 // wait's own deadline is never reported as the caller's: while ctx is live,
 // a wait that ran out (in a call the wire left, or in the subscription) is
 // (false, nil) when Redis answered, else ErrUnavailable.
@@ -300,6 +304,8 @@ func (a *acquisition) failed(ctx context.Context, err error, left bool) (bool, e
 	if !left {
 		h, q := a.h, a.q
 		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, q, true) })
+	} else if a.q.Registered {
+		a.giveUp()
 	}
 	waitOver := left || a.waitCtx != nil && a.waitCtx.Err() != nil && err == context.Cause(a.waitCtx)
 	switch {
