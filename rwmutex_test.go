@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,5 +482,52 @@ func TestForceUnlockWakesRWWaiters(t *testing.T) {
 	awaitNil(t, got, 10*time.Second, "a reader waiting on a force-unlocked read-write lock was not woken")
 	if err := reader.RUnlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A writer that downgraded keeps its own deadline among the readers' (where
+// rw_purge ends its write hold once it passes). A renewal that comes after
+// that deadline passed must not revive the write hold: it is lost, as a
+// late reader's is.
+func TestRWLateRenewalOfDowngradedWriterIsLost(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	c := newClient(t, r, WithWatchdogTimeout(300*time.Millisecond))
+	const name = "rw:late-writer"
+	rw := c.RWMutex(name)
+	wctx, err := rw.WriteContext(ctx, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.ReadContext(wctx, 0, 0); err != nil { // the downgrade
+		t.Fatal(err)
+	}
+	readers := keys.For(name).Readers
+	var writer string
+	for _, m := range rdb.ZRange(ctx, readers, 0, -1).Val() {
+		if strings.HasSuffix(m, ":write") {
+			writer = m
+		}
+	}
+	if writer == "" {
+		t.Fatal("the downgraded writer has no deadline among the readers'")
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.ZAddXX(ctx, readers, redis.Z{Score: float64(now.UnixMilli() - 1), Member: writer}).Result(); err != nil || n != 0 {
+		t.Fatal(n, err)
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(2 * time.Second):
+		d, _ := rdb.ZScore(ctx, readers, writer).Result()
+		t.Fatalf("a downgraded writer renewed after its deadline passed still holds: its deadline %v ms from now",
+			int64(d)-time.Now().UnixMilli())
+	}
+	if err := context.Cause(wctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("the write hold ended with %v, want ErrLockLost", err)
 	}
 }

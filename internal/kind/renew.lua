@@ -11,7 +11,8 @@
 --       recheck's time left);
 --   'w' a write hold: the TTL is extended, never shortened; KEYS[5i-3] is
 --       the read-deadline set, where a writer that downgraded keeps its own
---       deadline (moved to now+ttl, server clock);
+--       deadline (moved to now+ttl, server clock); a writer whose deadline
+--       there has passed is over, as a reader's share is;
 --   'r' a read hold: its own deadline moves to now+ttl (server clock) and the
 --       hash lives at least that long; other readers' deadlines are untouched.
 --       A share whose deadline has passed is over (rw_purge ends it at its
@@ -67,6 +68,13 @@ local function live(z, f)
   local d = redis.call('zscore', z, f)
   return d and tonumber(d) > clock()
 end
+-- writer_live tells whether writer f's hold is still on: once it
+-- downgraded, its deadline is in z beside the readers', and rw_purge ends
+-- the write hold when that passes, whoever keeps the hash alive.
+local function writer_live(z, f)
+  local d = redis.call('zscore', z, f)
+  return not d or tonumber(d) > clock()
+end
 for i = 1, n do
   local k, z, f, ttl, kind = KEYS[5 * i - 4], KEYS[5 * i - 3], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
   if kind == 's' then
@@ -79,7 +87,7 @@ for i = 1, n do
     else
       out[i] = GONE
     end
-  elseif redis.call('hexists', k, f) == 1 and (kind ~= 'r' or live(z, f)) then
+  elseif redis.call('hexists', k, f) == 1 and (kind ~= 'r' or live(z, f)) and (kind ~= 'w' or z == k or writer_live(z, f)) then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
     elseif kind == 'f' then
