@@ -27,7 +27,7 @@ func ExampleElection() {
 	// if the leadership is lost.
 	leader, _ := e.Leader(ctx)
 	fmt.Println("leader:", leader, "leading:", lead.Err() == nil)
-	if err := e.Resign(ctx); err != nil { // hands over to the next candidate at once
+	if err := e.Resign(lead); err != nil { // ends this term; the next candidate leads at once
 		log.Fatal(err)
 	}
 	fmt.Println("after Resign:", context.Cause(lead))
