@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -226,6 +227,15 @@ func (hd *Handle) owe(h *Lease) {
 		hd.owed = append(hd.owed[:0], hd.owed[1:]...)
 	}
 	hd.owed = append(hd.owed, owedUnlock{h: h, n: n, until: time.Now().Add(hd.e.Cfg.Watchdog)})
+	hd.pin(hd.e.Cfg.Watchdog)
+}
+
+// pin keeps hd, and the handle it is part of, from being collected for d:
+// the Client's registry refers to its handles weakly, and a lost lease, or
+// the Unlocks owed to one, must stay where the holder's next lookup of the
+// name finds them (a new handle would know nothing of them).
+func (hd *Handle) pin(d time.Duration) {
+	time.AfterFunc(d, func() { runtime.KeepAlive(hd) })
 }
 
 // owedTo returns the dropped lost lease whose Unlock a ctx that carries no

@@ -314,6 +314,11 @@ func (h *Lease) checkDeadline() {
 // is logged and reported to observers before Done closes, so that whoever
 // wakes on Done sees it counted.
 func (h *Lease) lose(cause *LossError) {
+	// Its holder, who may have let go of every handle (Client.Mutex(name)
+	// here and there), still owes it its Unlocks: a collected handle would
+	// forget them, and the holder's late Unlock through the next handle of
+	// the name would release another goroutine's hold.
+	h.handle.pin(h.e.Cfg.Watchdog)
 	h.end(cause, func() {
 		h.e.Cfg.Logger.Warn("dlock: lock lost", "name", h.name, "cause", cause)
 		for _, o := range h.e.Cfg.Observers {

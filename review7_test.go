@@ -1,0 +1,49 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// collect runs the collector a few times, time for weak pointers to
+// clear and cleanups to run.
+func collect() {
+	for range 10 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A holder whose fixed lease ran out, and who looked its handle up by name
+// (Redisson's habit), owes an Unlock with the context it locked with. When
+// the registry lets the handle go meanwhile, the owed Unlock must still not
+// release the hold another goroutine of the Client took through a new
+// handle of the same name.
+func TestReviewOwedUnlockSurvivesHandleCollection(t *testing.T) {
+	ctx := ctxT(t)
+	c, other := newClient(t, shared), newClient(t, shared)
+	const name = "review7:owed-gc"
+	lctx := context.WithValue(ctx, ctxName("holder"), 1)
+	if ok, err := c.Mutex(name).TryLock(lctx, time.Second, 100*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	waitGone(t, c, name, 5*time.Second)
+	collect() // nothing of the caller's refers to the handle now
+	// Another goroutine of the Client takes the name.
+	if ok, err := c.Mutex(name).TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// The lost holder's late Unlock.
+	err := c.Mutex(name).Unlock(lctx)
+	if ok, _ := other.Mutex(name).TryLock(ctx, 0, 0); ok {
+		t.Errorf("another Client took the lock while the second holder held it (the lost holder's Unlock answered %v)", err)
+		_ = other.Mutex(name).Unlock(ctx)
+	}
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("the lost holder's Unlock answered %v, want ErrLockLost", err)
+	}
+	_ = c.Mutex(name).Unlock(ctx)
+}
