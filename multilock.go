@@ -111,7 +111,8 @@ func (ml *MultiLock) check(ctx context.Context, lease time.Duration) error {
 
 // TryLock takes every member, waiting up to wait in all; see Mutex.TryLock
 // for wait and lease. It returns (false, nil) when the wait ran out, having
-// released whatever it took.
+// released whatever it took, and an error wrapping ErrLockLost, having
+// released the rest, when a member taken was lost before the last was.
 func (ml *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	_, ok, err := ml.acquire(ctx, request(wait, lease), false)
 	return ok, err
@@ -165,6 +166,7 @@ func (ml *MultiLock) acquire(ctx context.Context, req lease.Request, chain bool)
 	deadline := start.Add(req.Wait)
 	hctx = ctx
 	var held []context.Context // with chain: the context of each hold taken
+	got := make([]*lease.Lease, 0, len(ml.members))
 	for i, m := range ml.members {
 		r := req
 		if !r.Forever && r.Wait > 0 {
@@ -180,6 +182,16 @@ func (ml *MultiLock) acquire(ctx context.Context, req lease.Request, chain bool)
 		if chain {
 			hctx = holdContext(hctx, m.member(), h)
 			held = append(held, hctx)
+		}
+		got = append(got, h)
+	}
+	// A member lost while a later one was awaited (Lock and TryLock return
+	// no context to say so) is not held: the caller would work beside its
+	// new holder. The whole is given back and the loss answered.
+	for _, h := range got {
+		if lerr := h.Err(); lerr != nil {
+			_ = ml.release(ctx, ml.members, held)
+			return nil, false, publicErr(lerr)
 		}
 	}
 	return hctx, true, nil

@@ -47,3 +47,52 @@ func TestReviewOwedUnlockSurvivesHandleCollection(t *testing.T) {
 	}
 	_ = c.Mutex(name).Unlock(ctx)
 }
+
+// MultiLock.Lock (and TryLock), which return no context, must not report
+// every member taken when one taken before the last was lost meanwhile:
+// the caller would work beside the member's new holder.
+func TestReviewMultiLockLockDoesNotReturnALostMember(t *testing.T) {
+	ctx := ctxT(t)
+	c, other := newClient(t, shared), newClient(t, shared)
+	a, b := "review7:multi-lost:a", "review7:multi-lost:b"
+	for _, try := range []bool{false, true} {
+		if err := other.Mutex(b).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ml := c.MultiLock(c.Mutex(a), c.Mutex(b))
+		got := make(chan error, 1)
+		go func() {
+			if try {
+				ok, err := ml.TryLock(ctx, 10*time.Second, 0)
+				if !ok && err == nil {
+					err = ErrWaitTimeout
+				}
+				got <- err
+				return
+			}
+			got <- ml.Lock(ctx)
+		}()
+		waitFor(t, "a taken by the MultiLock", func() bool { return c.Mutex(a).Token() != 0 })
+		if held, err := other.Mutex(a).ForceUnlock(ctx); !held || err != nil {
+			t.Fatal(held, err)
+		}
+		waitFor(t, "a's loss told", func() bool { return c.Mutex(a).Err() != nil })
+		if ok, err := other.Mutex(a).TryLock(ctx, time.Second, 0); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := other.Mutex(b).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := <-got
+		if err == nil {
+			t.Errorf("try=%v: the MultiLock answered every member taken while another Client holds %s", try, a)
+			_ = ml.Unlock(ctx)
+		} else if le := (*LossError)(nil); !errors.Is(err, ErrLockLost) || !errors.As(err, &le) {
+			t.Errorf("try=%v: %v, want a *LossError", try, err)
+		}
+		if err := other.Mutex(a).Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, c, b, 5*time.Second)
+	}
+}
