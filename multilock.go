@@ -130,8 +130,10 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 // (TokenFrom gives the last member's token; each member's own is its
 // handle's) and is cancelled, with that hold's cause, as soon as any member's
 // hold ends: lost (ErrLockLost), or released. Unlock with it releases
-// exactly those holds. While a member is awaited, the holds already taken
-// end the wait when one of them is lost.
+// exactly those holds, each confirmed (the last member's release, which
+// ends the context, does not leave the others' to the background). While
+// a member is awaited, the holds already taken end the wait when one of
+// them is lost.
 func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	hctx, _, err := ml.acquire(ctx, lease.Request{Forever: true}, true)
 	return hctx, err
@@ -211,9 +213,17 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		final = lease.ObserveRelease(ml.c.cfg.Observers, ctx, lease.KindMulti, ml.name)
 	}
 	var errs []error
+	c := ctx
 	for i := len(ml.members) - 1; i >= 0; i-- {
-		if err := ml.members[i].Unlock(ctx); err != nil {
+		hd := ml.members[i].member()
+		h := lease.From(c, hd.Engine(), hd.Name())
+		if err := ml.members[i].Unlock(c); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", ml.members[i].Name(), err))
+		}
+		if i > 0 && h != nil {
+			var cancel context.CancelFunc
+			c, cancel = ml.afterRelease(c, h, ml.members[i-1].member())
+			defer cancel()
 		}
 	}
 	err := errors.Join(errs...)
@@ -223,6 +233,28 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 		final(lease.Release{Kind: lease.KindMulti, Name: ml.name, Final: !errors.Is(err, ErrNotHeld), Err: err, Weight: 1})
 	}
 	return err
+}
+
+// afterRelease is the context Unlock releases the member before h's
+// with, once h, which c carries, was released with c. The context
+// LockContext returns ends with the release of the hold it was made for,
+// the last member's: a release of a member before it with that context
+// would go on in the background and answer an error. When h's release
+// ended c, and the context h was taken with carries prev's hold, that one
+// is used instead: it ends with the caller's ctx, not with this release
+// (bounded by c's deadline as well).
+func (ml *MultiLock) afterRelease(c context.Context, h *lease.Lease, prev *lease.Handle) (context.Context, context.CancelFunc) {
+	p, held := h.Parent(), lease.From(c, prev.Engine(), prev.Name())
+	if c.Err() == nil || !errors.Is(context.Cause(c), lease.ErrReleased) || p == nil || p.Err() != nil ||
+		held == nil || lease.From(p, prev.Engine(), prev.Name()) != held {
+		return c, func() {}
+	}
+	if d, ok := c.Deadline(); ok {
+		if pd, ok := p.Deadline(); !ok || d.Before(pd) {
+			return context.WithDeadline(p, d)
+		}
+	}
+	return p, func() {}
 }
 
 // release gives back taken members after a failed acquisition, each with
