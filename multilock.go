@@ -46,8 +46,9 @@ type MultiLock struct {
 
 // MultiLock returns a lock over locks, taken all or nothing in sorted name
 // order. Each member must be a lock handle of this or another Client, with a
-// distinct name. Bad members (none, nil, an invalid or repeated name) are
-// reported with ErrInvalidArgument by the first call, before any network call.
+// distinct name and Redis key. Bad members (none, nil, an invalid or
+// repeated name, a repeated key) are reported with ErrInvalidArgument by
+// the first call, before any network call.
 func (c *Client) MultiLock(locks ...Member) *MultiLock {
 	ml := &MultiLock{c: c}
 	if len(locks) == 0 {
@@ -65,6 +66,18 @@ func (c *Client) MultiLock(locks ...Member) *MultiLock {
 			return ml
 		}
 		ml.members = append(ml.members, l)
+	}
+	// Names are passed without the Client's namespace: two members of
+	// different names may still be one lock (a namespaced Client's "x" and
+	// a plain Client's "ns:x"), which the second would wait for for good.
+	byKey := make(map[string]string, len(ml.members))
+	for _, m := range ml.members {
+		k := m.member().Key()
+		if other, ok := byKey[k]; ok && other != m.Name() {
+			ml.err = fmt.Errorf("%w: MultiLock members %q and %q are one Redis key, %q", ErrInvalidArgument, other, m.Name(), k)
+			return ml
+		}
+		byKey[k] = m.Name()
 	}
 	slices.SortStableFunc(ml.members, func(a, b Member) int { return strings.Compare(a.Name(), b.Name()) })
 	names := make([]string, len(ml.members))

@@ -96,3 +96,20 @@ func TestReviewMultiLockLockDoesNotReturnALostMember(t *testing.T) {
 		waitGone(t, c, b, 5*time.Second)
 	}
 }
+
+// Two members of one MultiLock that are one Redis key (a namespaced
+// Client's "x" and a plain Client's "ns:x") are a member taken twice: the
+// second waits for the first for good.
+func TestReviewMultiLockSameKeyTwice(t *testing.T) {
+	ctx := ctxT(t)
+	plain := newClient(t, shared)
+	spaced := newClient(t, shared, WithNamespace("review7ns"))
+	ml := plain.MultiLock(spaced.Mutex("samekey"), plain.Mutex("review7ns:samekey"))
+	ok, err := ml.TryLock(ctx, 300*time.Millisecond, 0)
+	if ok {
+		_ = ml.Unlock(ctx)
+	}
+	if !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("TryLock of one key twice: %v, %v; want ErrInvalidArgument", ok, err)
+	}
+}

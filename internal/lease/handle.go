@@ -67,6 +67,15 @@ func (hd *Handle) InitInvalid(e *Engine, name string, err error) {
 // Name returns the handle's name.
 func (hd *Handle) Name() string { return hd.name }
 
+// Key returns the Redis key of the handle's lock (its namespace's, when
+// the Client has one); "" for a bad name.
+func (hd *Handle) Key() string {
+	if hd.nameErr != nil || hd.p == nil {
+		return ""
+	}
+	return hd.p.Key()
+}
+
 // NameErr returns the error a bad name gives, or nil.
 func (hd *Handle) NameErr() error { return hd.nameErr }
 
