@@ -25,7 +25,9 @@ import (
 //     cancelled, Redis failed), the members already taken are released before
 //     TryLock or Lock returns; it never returns holding some of them.
 //   - One wait budget: TryLock's wait covers the whole acquisition; each
-//     member gets what is left of it (at least one attempt each).
+//     member gets what is left of it (at least one attempt each). Giving
+//     back what it took after a failure adds at most rollbackGrace (100ms);
+//     a release not confirmed by then goes on in the background.
 //   - No cross-slot script: each member is taken by its own script call, so
 //     members may live in different Redis Cluster slots.
 //
@@ -189,7 +191,7 @@ func (ml *MultiLock) acquire(ctx context.Context, req lease.Request, chain bool)
 		}
 		h, err := m.member().Acquire(hctx, r)
 		if err != nil || h == nil {
-			if rerr := ml.release(ctx, ml.members[:i], held); rerr != nil && err == nil {
+			if rerr := ml.release(ctx, ml.members[:i], held, !req.Forever); rerr != nil && err == nil {
 				err = rerr
 			}
 			return nil, false, err
@@ -205,7 +207,7 @@ func (ml *MultiLock) acquire(ctx context.Context, req lease.Request, chain bool)
 	// new holder. The whole is given back and the loss answered.
 	for _, h := range got {
 		if lerr := h.Err(); lerr != nil {
-			_ = ml.release(ctx, ml.members, held)
+			_ = ml.release(ctx, ml.members, held, !req.Forever)
 			return nil, false, publicErr(lerr)
 		}
 	}
@@ -274,16 +276,35 @@ func (ml *MultiLock) afterRelease(c context.Context, h *lease.Lease, prev *lease
 // its hold's context when held has them (a later member's context ends with
 // its release), else with ctx; with ctx done, each release goes on in the
 // background (see Mutex.Unlock).
-func (ml *MultiLock) release(ctx context.Context, taken []Member, held []context.Context) error {
+//
+// bounded (a TryLock) gives the releases rollbackGrace in all: one not
+// confirmed by then goes on in the background too, unreported, so that a
+// Redis that stops answering does not hold TryLock long past its wait.
+func (ml *MultiLock) release(ctx context.Context, taken []Member, held []context.Context, bounded bool) error {
+	var bound time.Time
+	if bounded {
+		bound = time.Now().Add(rollbackGrace)
+	}
 	var errs []error
 	for i := len(taken) - 1; i >= 0; i-- {
 		c := ctx
 		if held != nil {
 			c = held[i]
 		}
-		if err := taken[i].Unlock(c); err != nil {
+		cancel := context.CancelFunc(func() {})
+		if bounded {
+			c, cancel = context.WithDeadline(c, bound)
+		}
+		err := taken[i].Unlock(c)
+		cut := bounded && ctx.Err() == nil && c.Err() == context.DeadlineExceeded
+		cancel()
+		if err != nil && !(cut && errors.Is(err, context.DeadlineExceeded)) {
 			errs = append(errs, fmt.Errorf("%s: %w", taken[i].Name(), err))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// rollbackGrace bounds how long a TryLock that failed waits for the
+// releases of the members it took.
+const rollbackGrace = 100 * time.Millisecond

@@ -1,0 +1,53 @@
+package dlock
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TryLock's wait bounds the whole call: when it runs out against a Redis
+// that accepts and never answers, the members taken are given back in the
+// background and TryLock returns at once.
+func TestReviewMultiLockTryLockBoundedAgainstPausedRedis(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	c, other := newClient(t, r), newClient(t, r)
+	a, b := "review7:paused:a", "review7:paused:b"
+	if err := other.Mutex(b).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ml := c.MultiLock(c.Mutex(a), c.Mutex(b))
+	type out struct {
+		ok  bool
+		err error
+		at  time.Time
+	}
+	got := make(chan out, 1)
+	start := time.Now()
+	go func() {
+		ok, err := ml.TryLock(ctx, 500*time.Millisecond, 0)
+		got <- out{ok, err, time.Now()}
+	}()
+	waitFor(t, "a taken", func() bool { return c.Mutex(a).Token() != 0 })
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var o out
+	select {
+	case o = <-got:
+	case <-time.After(10 * time.Second):
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		_ = r.Resume()
+		t.Fatalf("TryLock did not return within 10s\n%s", buf)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if took := o.at.Sub(start); took > 1500*time.Millisecond {
+		t.Errorf("TryLock with a 500ms wait returned after %v (%v, %v)", took, o.ok, o.err)
+	}
+	waitGone(t, c, a, 10*time.Second)
+	_ = other.Mutex(b).Unlock(ctx)
+}
