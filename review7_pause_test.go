@@ -51,3 +51,30 @@ func TestReviewMultiLockTryLockBoundedAgainstPausedRedis(t *testing.T) {
 	waitGone(t, c, a, 10*time.Second)
 	_ = other.Mutex(b).Unlock(ctx)
 }
+
+// SyncLocker's Unlock has no ctx: against a Redis that accepts and never
+// answers, it returns once the cleanup timeout bounds the release.
+func TestReviewSyncLockerUnlockBoundedAgainstPausedRedis(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r, WithCleanupTimeout(500*time.Millisecond))
+	var errs []error
+	l := SyncLocker(c.Mutex("review7:sync-paused"), func(err error) { errs = append(errs, err) })
+	l.Lock()
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { l.Unlock(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("SyncLocker.Unlock did not return in 5s with a 500ms cleanup timeout")
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if len(errs) == 0 {
+		t.Error("onError was not told of the release left to the background")
+	}
+}

@@ -20,8 +20,10 @@ import (
 //     Client that is closed, or with a name that is invalid, it therefore
 //     blocks for good (reporting ErrClosed or ErrInvalidArgument each
 //     second), as sync.Mutex.Lock blocks on a mutex never unlocked.
-//   - Unlock calls l.Unlock with a background context; its error (ErrNotHeld,
-//     a loss wrapping ErrLockLost, a Redis error) goes to onError.
+//   - Unlock calls l.Unlock with a background context bounded by the
+//     Client's cleanup timeout (WithCleanupTimeout); its error (ErrNotHeld,
+//     a loss wrapping ErrLockLost, a Redis error, a release that goes on in
+//     the background past the bound) goes to onError.
 //
 // The hold is in watchdog mode, so a loss while held is reported only at
 // Unlock; code that must react to a loss at once should use the Locker
@@ -76,7 +78,26 @@ func (s *syncLocker) Unlock() {
 		s.onError(s.err)
 		return
 	}
-	if err := s.l.Unlock(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cleanupTimeout())
+	defer cancel()
+	if err := s.l.Unlock(ctx); err != nil {
 		s.onError(err)
 	}
+}
+
+// cleanupTimeout bounds Unlock, which has no context: against a Redis that
+// accepts and never answers, the release of a context that never ends
+// waited for good (it then goes on in the background, and onError is told).
+func (s *syncLocker) cleanupTimeout() time.Duration {
+	switch l := s.l.(type) {
+	case Member:
+		if hd := l.member(); hd != nil {
+			return hd.Engine().Cfg.CleanupTimeout
+		}
+	case *MultiLock:
+		if l.c != nil {
+			return l.c.cfg.CleanupTimeout
+		}
+	}
+	return defaultConfig().CleanupTimeout
 }
