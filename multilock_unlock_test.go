@@ -7,10 +7,10 @@ import (
 
 // MultiLock.Unlock with the context LockContext returned releases every
 // member and answers nil.
-func TestReviewMultiLockUnlockWithItsContext(t *testing.T) {
+func TestMultiLockUnlockWithItsContext(t *testing.T) {
 	ctx := ctxT(t)
 	c := newClient(t, shared)
-	ml := c.MultiLock(c.Mutex("review7:multi-unlock:a"), c.Mutex("review7:multi-unlock:b"), c.RWMutex("review7:multi-unlock:c").RLocker())
+	ml := c.MultiLock(c.Mutex("ml:multi-unlock:a"), c.Mutex("ml:multi-unlock:b"), c.RWMutex("ml:multi-unlock:c").RLocker())
 	hctx, err := ml.LockContext(ctx)
 	if err != nil {
 		t.Fatal(err)

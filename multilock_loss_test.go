@@ -22,10 +22,10 @@ func collect() {
 // the registry lets the handle go meanwhile, the owed Unlock must still not
 // release the hold another goroutine of the Client took through a new
 // handle of the same name.
-func TestReviewOwedUnlockSurvivesHandleCollection(t *testing.T) {
+func TestOwedUnlockSurvivesHandleCollection(t *testing.T) {
 	ctx := ctxT(t)
 	c, other := newClient(t, shared), newClient(t, shared)
-	const name = "review7:owed-gc"
+	const name = "ml:owed-gc"
 	lctx := context.WithValue(ctx, ctxName("holder"), 1)
 	if ok, err := c.Mutex(name).TryLock(lctx, time.Second, 100*time.Millisecond); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -51,10 +51,10 @@ func TestReviewOwedUnlockSurvivesHandleCollection(t *testing.T) {
 // MultiLock.Lock (and TryLock), which return no context, must not report
 // every member taken when one taken before the last was lost meanwhile:
 // the caller would work beside the member's new holder.
-func TestReviewMultiLockLockDoesNotReturnALostMember(t *testing.T) {
+func TestMultiLockLockDoesNotReturnALostMember(t *testing.T) {
 	ctx := ctxT(t)
 	c, other := newClient(t, shared), newClient(t, shared)
-	a, b := "review7:multi-lost:a", "review7:multi-lost:b"
+	a, b := "ml:multi-lost:a", "ml:multi-lost:b"
 	for _, try := range []bool{false, true} {
 		if err := other.Mutex(b).Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -100,11 +100,11 @@ func TestReviewMultiLockLockDoesNotReturnALostMember(t *testing.T) {
 // Two members of one MultiLock that are one Redis key (a namespaced
 // Client's "x" and a plain Client's "ns:x") are a member taken twice: the
 // second waits for the first for good.
-func TestReviewMultiLockSameKeyTwice(t *testing.T) {
+func TestMultiLockSameKeyTwice(t *testing.T) {
 	ctx := ctxT(t)
 	plain := newClient(t, shared)
-	spaced := newClient(t, shared, WithNamespace("review7ns"))
-	ml := plain.MultiLock(spaced.Mutex("samekey"), plain.Mutex("review7ns:samekey"))
+	spaced := newClient(t, shared, WithNamespace("loss-ns"))
+	ml := plain.MultiLock(spaced.Mutex("samekey"), plain.Mutex("loss-ns:samekey"))
 	ok, err := ml.TryLock(ctx, 300*time.Millisecond, 0)
 	if ok {
 		_ = ml.Unlock(ctx)

@@ -9,11 +9,11 @@ import (
 // TryLock's wait bounds the whole call: when it runs out against a Redis
 // that accepts and never answers, the members taken are given back in the
 // background and TryLock returns at once.
-func TestReviewMultiLockTryLockBoundedAgainstPausedRedis(t *testing.T) {
+func TestMultiLockTryLockBoundedAgainstPausedRedis(t *testing.T) {
 	r := testenvRedis(t)
 	ctx := ctxT(t)
 	c, other := newClient(t, r), newClient(t, r)
-	a, b := "review7:paused:a", "review7:paused:b"
+	a, b := "ml:paused:a", "ml:paused:b"
 	if err := other.Mutex(b).Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func TestReviewMultiLockTryLockBoundedAgainstPausedRedis(t *testing.T) {
 
 // SyncLocker's Unlock has no ctx: against a Redis that accepts and never
 // answers, it returns once the cleanup timeout bounds the release.
-func TestReviewSyncLockerUnlockBoundedAgainstPausedRedis(t *testing.T) {
+func TestSyncLockerUnlockBoundedAgainstPausedRedis(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r, WithCleanupTimeout(500*time.Millisecond))
 	var errs []error
-	l := SyncLocker(c.Mutex("review7:sync-paused"), func(err error) { errs = append(errs, err) })
+	l := SyncLocker(c.Mutex("ml:sync-paused"), func(err error) { errs = append(errs, err) })
 	l.Lock()
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
