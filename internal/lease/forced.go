@@ -56,8 +56,9 @@ func (e *Engine) heard() {
 // renewed (and the renewal vouches for it), one forced away is lost with
 // ErrForced. At most one recheck of a hold is in flight; messages that come
 // meanwhile make one more follow it, since the one in flight may have been
-// answered before the force they tell of. A recheck that meets a release
-// or re-entry in flight is skipped: that call's reply tells the same.
+// answered before the force they tell of. A recheck that meets a release,
+// re-entry or Extend in flight waits for it and then asks: that call may
+// have run before the force, and its reply then says "held".
 func (h *Lease) recheck() {
 	for {
 		switch s := h.rechecks.Load(); {
@@ -89,8 +90,8 @@ const (
 
 // recheckOnce is one recheck (recheck).
 func (h *Lease) recheckOnce(ctx context.Context) {
-	if !h.tryTurn() {
-		return
+	if h.turn(ctx) != nil {
+		return // Close, or the cleanup timeout: the deadline still stands
 	}
 	defer h.endTurn()
 	h.mu.Lock()

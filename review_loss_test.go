@@ -1,0 +1,54 @@
+package dlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+// A "forced" message that arrives while an Extend of the same hold is on
+// its way must still make the hold ask Redis. The Extend ran before the
+// ForceUnlock, so its reply says "held"; before, the recheck was skipped
+// ("that call's reply tells the same") and the evicted holder of a fixed
+// lease went on until its lease ended, beside the next holder.
+func TestForcedDuringExtendStillTellsTheHolder(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	proxy := testenv.NewFaultProxy(t, r.Addr())
+	prdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = prdb.Close() })
+	holder, operator := newClientOn(t, prdb), newClient(t, r)
+	ctx := ctxT(t)
+	const name = "forced:during-extend"
+	m := holder.Mutex(name)
+	if ok, err := m.TryLock(ctx, 0, 30*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	waitSubscribed(t, ctx, rdb, holder)
+	// The Extend's reply is held back a second; the force's message, sent
+	// after the latency is lifted, is not.
+	proxy.SetLatency(0, time.Second)
+	extended := make(chan error, 1)
+	go func() { extended <- m.Extend(ctx, time.Minute) }()
+	waitFor(t, "the Extend ran in Redis", func() bool { return rdb.PTTL(ctx, name).Val() > 40*time.Second })
+	proxy.SetLatency(0, 0)
+	if ok, err := operator.Mutex(name).ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	if err := <-extended; err != nil && !errors.Is(err, ErrForced) {
+		t.Fatalf("Extend: %v", err)
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the evicted holder was not told within 5s: its recheck was skipped while the Extend was in flight")
+	}
+	if !errors.Is(m.Err(), ErrForced) {
+		t.Fatalf("the hold ended with %v, want ErrForced", m.Err())
+	}
+	_ = m.Unlock(ctx)
+}
