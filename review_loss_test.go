@@ -52,3 +52,39 @@ func TestForcedDuringExtendStillTellsTheHolder(t *testing.T) {
 	}
 	_ = m.Unlock(ctx)
 }
+
+// A lock key a neighbour overwrites with a value of another type is that
+// hold's loss, and no other's: before, renew.lua's WRONGTYPE failed the
+// whole batch, so every hold renewed with it (any lock of the Client) was
+// declared lost at its deadline, with ErrRenewRefused, while Redis still
+// gave it to its holder.
+func TestRenewalOfAPoisonedKeyLosesOnlyThatHold(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := rdbFor(t, r)
+	c := newClient(t, r, WithWatchdogTimeout(600*time.Millisecond))
+	ctx := ctxT(t)
+	poisoned, bystander := c.Mutex("renew:poisoned"), c.Mutex("renew:bystander")
+	mustLock(t, poisoned)
+	mustLock(t, bystander)
+	if err := rdb.Set(ctx, "renew:poisoned", "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-poisoned.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the hold whose key was overwritten was never told")
+	}
+	if !errors.Is(poisoned.Err(), ErrLockLost) {
+		t.Fatalf("the overwritten hold ended with %v", poisoned.Err())
+	}
+	time.Sleep(1500 * time.Millisecond) // more than two TTLs
+	if err := bystander.Err(); err != nil {
+		t.Fatalf("a hold renewed in the same batch as the overwritten key was lost: %v", err)
+	}
+	if d := rdb.PTTL(ctx, "renew:bystander").Val(); d <= 0 {
+		t.Fatalf("the bystander's key: PTTL %v", d)
+	}
+	mustUnlock(t, bystander)
+	_ = poisoned.Unlock(ctx)
+	rdb.Del(ctx, "renew:poisoned")
+}

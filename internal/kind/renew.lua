@@ -75,19 +75,18 @@ local function writer_live(z, f)
   local d = redis.call('zscore', z, f)
   return not d or tonumber(d) > clock()
 end
-for i = 1, n do
+-- renew_one renews lock i and returns its code.
+local function renew_one(i)
   local k, z, f, ttl, kind = KEYS[5 * i - 4], KEYS[5 * i - 3], ARGV[i], tonumber(ARGV[n + i]), ARGV[2 * n + i]
   if kind == 's' then
     local exp = redis.call('zscore', k, f)
-    if exp and tonumber(exp) > clock() then
-      redis.call('zadd', k, 'GT', now + ttl, f)
-      if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
-      if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
-      out[i] = 1
-    else
-      out[i] = GONE
-    end
-  elseif redis.call('hexists', k, f) == 1 and (kind ~= 'r' or live(z, f)) and (kind ~= 'w' or z == k or writer_live(z, f)) then
+    if not exp or tonumber(exp) <= clock() then return GONE end
+    redis.call('zadd', k, 'GT', now + ttl, f)
+    if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
+    if redis.call('pttl', z) < ttl then redis.call('pexpire', z, ttl) end
+    return 1
+  end
+  if redis.call('hexists', k, f) == 1 and (kind ~= 'r' or live(z, f)) and (kind ~= 'w' or z == k or writer_live(z, f)) then
     if kind == 'm' then
       redis.call('pexpire', k, ttl)
     elseif kind == 'f' then
@@ -101,9 +100,22 @@ for i = 1, n do
       if redis.call('pttl', k) < ttl then redis.call('pexpire', k, ttl) end
     end
     record(k, KEYS[5 * i], f, ttl, ARGV[3 * n + i])
-    out[i] = 1
+    return 1
+  end
+  return why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f)
+end
+-- A key of lock i that holds another type (a neighbour overwrote it) is
+-- that lock's loss, not the batch's: a WRONGTYPE would fail the whole call,
+-- and every other hold in it would be declared lost at its deadline. Any
+-- other error (OOM, ...) still fails the call, with its own code.
+for i = 1, n do
+  local ok, res = pcall(renew_one, i)
+  if ok then
+    out[i] = res
   else
-    out[i] = why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f)
+    local msg = type(res) == 'table' and res.err or tostring(res)
+    if not string.find(msg, 'WRONGTYPE', 1, true) then return redis.error_reply(msg) end
+    out[i] = GONE
   end
 end
 return out
