@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -87,4 +88,34 @@ func TestRenewalOfAPoisonedKeyLosesOnlyThatHold(t *testing.T) {
 	mustUnlock(t, bystander)
 	_ = poisoned.Unlock(ctx)
 	rdb.Del(ctx, "renew:poisoned")
+}
+
+// A WithLock nested in a hold of the same name (a re-entry) hands fn a
+// context of the hold and cancels it when fn returns: what that context
+// set up must go with it. Before, each one left a callback on the hold,
+// waiting for its end, so a long hold whose work re-entered in a loop grew
+// without bound.
+func TestReentrantWithLockLeavesNothingOnTheHold(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	const name = "review:withlock-reentry"
+	m := c.Mutex(name)
+	hctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.current(hctx)
+	before := h.EndCallbacks()
+	for range 100 {
+		if err := c.WithLock(hctx, name, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := h.EndCallbacks(); after > before {
+		t.Fatalf("100 re-entrant WithLocks left %d callbacks on the hold (%d before)", after, before)
+	}
+	if err := m.Unlock(hctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -29,7 +29,8 @@ func From(ctx context.Context, e *Engine, name string) *Lease {
 
 // Context returns a context that carries the lease (for re-entry, Unlock,
 // GrantFrom and TokenFrom) and is cancelled when the lease ends or parent
-// is done; the cause is the lease's loss, or a release error.
+// is done; the cause is the lease's loss, or a release error. Its cancel
+// also frees what it set up on the lease.
 func (h *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	h.mu.Lock()
@@ -38,13 +39,16 @@ func (h *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	prev, _ := parent.Value(holdsKey{h.e}).(*ctxHolds)
 	ctx = context.WithValue(ctx, holdsKey{h.e}, &ctxHolds{h: h, prev: prev})
 	ctx = ContextWithHeldGrant(ctx, h.Grant())
-	h.OnEnded(func(err error) {
+	forget := h.onEnded(func(err error) {
 		if err == nil {
 			err = ErrReleased
 		}
 		cancel(err)
 	})
-	return ctx, func() { cancel(context.Canceled) }
+	return ctx, func() {
+		cancel(context.Canceled)
+		forget()
+	}
 }
 
 // ContextBeside is Context for a lease taken under the write lease it
@@ -74,12 +78,17 @@ func (h *Lease) ContextBeside(ctx context.Context) (context.Context, context.Can
 	})
 	hctx, cancel := h.Context(parent)
 	// After Context's own callback, which gives hctx h's cause.
-	h.OnEnded(func(error) {
+	release := func() {
 		stop()
 		stopDeadline()
 		cancelParent(context.Canceled)
-	})
-	return hctx, cancel
+	}
+	forget := h.onEnded(func(error) { release() })
+	return hctx, func() {
+		cancel()
+		forget()
+		release()
+	}
 }
 
 // endedWith reports whether h has ended and cause is what its contexts

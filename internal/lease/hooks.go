@@ -64,3 +64,10 @@ func (hd *Handle) GateWaiters() int {
 	defer hd.gate.mu.Unlock()
 	return len(hd.gate.waiters)
 }
+
+// EndCallbacks is how many callbacks wait for the lease's end (OnEnded).
+func (h *Lease) EndCallbacks() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.onEnd)
+}

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,7 +96,7 @@ type Lease struct {
 	// passing is the waiter a pass in flight goes to: the handle's gate is
 	// its, not the queue's, when the lease finishes (passOn).
 	passing *gateWaiter
-	onEnd   []func(error)
+	onEnd   []*endFn
 	// contexts counts the contexts of the hold handed out (Context): a
 	// holder with none can only unlock with a context that carries no
 	// hold, which dropLost must then keep owed (Handle.owe).
@@ -361,21 +362,41 @@ func (h *Lease) end(cause error, before func()) {
 	}
 	h.mu.Unlock()
 	for _, f := range callbacks {
-		f(cause)
+		f.f(cause)
 	}
 }
 
+// endFn is a callback registered with onEnded: a pointer, for forgetEnd.
+type endFn struct{ f func(error) }
+
 // OnEnded registers f to run when the hold ends (at once if it has).
-func (h *Lease) OnEnded(f func(error)) {
+func (h *Lease) OnEnded(f func(error)) { h.onEnded(f) }
+
+// onEnded is OnEnded, and returns what unregisters f: whoever stops caring
+// before the hold ends (a hold context cancelled by its holder) must not
+// leave f, and what it holds, on the hold until then.
+func (h *Lease) onEnded(f func(error)) (forget func()) {
 	h.mu.Lock()
 	if !h.ended {
-		h.onEnd = append(h.onEnd, f)
+		fn := &endFn{f: f}
+		h.onEnd = append(h.onEnd, fn)
 		h.mu.Unlock()
-		return
+		return func() { h.forgetEnd(fn) }
 	}
 	err := h.err
 	h.mu.Unlock()
 	f(err)
+	return func() {}
+}
+
+// forgetEnd unregisters fn (nothing once the hold has ended: end took the
+// callbacks).
+func (h *Lease) forgetEnd(fn *endFn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i := slices.Index(h.onEnd, fn); i >= 0 {
+		h.onEnd = slices.Delete(h.onEnd, i, i+1)
+	}
 }
 
 // Done returns the channel closed when the hold ends.
