@@ -99,7 +99,7 @@ func TestReentrantWithLockLeavesNothingOnTheHold(t *testing.T) {
 	r := testenvRedis(t)
 	c := newClient(t, r)
 	ctx := ctxT(t)
-	const name = "review:withlock-reentry"
+	const name = "loss:withlock-reentry"
 	m := c.Mutex(name)
 	hctx, err := m.LockContext(ctx)
 	if err != nil {
