@@ -272,12 +272,24 @@ func (h *Lease) settle(r Released, err error, final, renewing bool) error {
 	if final && lost == nil {
 		// Redis had more holds than we knew (a re-entry whose reply was
 		// lost): the lease goes on, so must its deadline and renewal.
+		// Unless it ended meanwhile (a forced message's recheck): an
+		// ended lease is renewed no more.
 		h.mu.Lock()
-		h.e.deadlines.add(h, h.deadline())
-		h.renewing = renewing
+		live := !h.ended
+		if live {
+			h.e.deadlines.add(h, h.deadline())
+			h.renewing = renewing
+		}
 		h.mu.Unlock()
-		if renewing {
+		if live && renewing {
 			h.e.renewer.Add(&h.renewal, time.Now())
+			h.mu.Lock()
+			ended := h.ended
+			h.mu.Unlock()
+			if ended {
+				// end ran between: its Cancel may have come before the Add.
+				h.e.renewer.Cancel(&h.renewal)
+			}
 		}
 	}
 	// A count of a lost hold answers the loss, whichever count it is: the
