@@ -136,21 +136,53 @@ func TestContextIsLawOnAFrozenCluster(t *testing.T) {
 		DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { cc.Close() })
-	c, err := New(cc, WithCloseTimeout(500*time.Millisecond))
+	checkLawFrozen(t, cc, "frozen Cluster", func() {
+		for _, n := range cl.Nodes() {
+			if err := n.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = n.Resume() })
+		}
+	}, func() {
+		for _, n := range cl.Nodes() {
+			_ = n.Resume()
+		}
+	})
+}
+
+// The same through Sentinel: the primary freezes after the Client has found
+// it and subscribed (no replica to fail over to), with the failover
+// client's own timeouts a minute.
+func TestContextIsLawOnAFrozenSentinelPrimary(t *testing.T) {
+	primary := testenvRedis(t)
+	sentinel := testenv.StartSentinel(t, primary)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.MasterName, SentinelAddrs: []string{sentinel.Addr()},
+		DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { rdb.Close() })
+	checkLawFrozen(t, rdb, "frozen Sentinel primary", func() {
+		if err := primary.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = primary.Resume() })
+	}, func() { _ = primary.Resume() })
+}
+
+// checkLawFrozen takes a lock through a Client on rdb (so that it has
+// subscribed and learned the topology), calls freeze, then checks the ctx
+// tests' calls, an Unlock of that lock and the other kinds' waits, and
+// Close's budget, before thaw.
+func checkLawFrozen(t *testing.T, rdb redis.UniversalClient, target string, freeze, thaw func()) {
+	t.Helper()
+	c, err := New(rdb, WithCloseTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
 	held := c.Mutex("law:held")
-	if err := held.Lock(ctx); err != nil { // subscribes, and fills the slot map
+	if err := held.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range cl.Nodes() {
-		if err := n.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = n.Resume() })
-	}
+	freeze()
 	calls := lawCalls(c)
 	calls["Unlock"] = func(ctx context.Context) error { return held.Unlock(ctx) }
 	calls["Semaphore"] = func(ctx context.Context) error {
@@ -159,7 +191,7 @@ func TestContextIsLawOnAFrozenCluster(t *testing.T) {
 	}
 	calls["Latch"] = func(ctx context.Context) error { return c.CountDownLatch("law:latch").Wait(ctx) }
 	calls["Locks"] = func(ctx context.Context) error { _, err := c.Locks(ctx, "law*"); return err }
-	checkLaw(t, "frozen Cluster", 100*time.Millisecond, calls)
+	checkLaw(t, target, 100*time.Millisecond, calls)
 	start := time.Now()
 	if err := c.Close(); err != nil {
 		t.Logf("Close: %v", err)
@@ -167,7 +199,5 @@ func TestContextIsLawOnAFrozenCluster(t *testing.T) {
 	if took := time.Since(start); took > 500*time.Millisecond+lawSlack {
 		t.Errorf("Close took %v with a 500ms close timeout", took)
 	}
-	for _, n := range cl.Nodes() {
-		_ = n.Resume()
-	}
+	thaw()
 }

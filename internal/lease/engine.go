@@ -250,11 +250,11 @@ func (e *Engine) Close() error {
 			}
 		case <-budget.Done():
 			errs = append(errs, fmt.Errorf("dlock: close timeout: some locks were left to expire by their TTL"))
-			_ = e.hub.Close() // closing the connection does not wait for Redis
+			_ = e.hub.CloseWithin(0) // the budget is spent: it closes in the background
 			return errors.Join(errs...)
 		}
 	}
-	if err := e.hub.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+	if err := e.hub.CloseWithin(time.Until(deadline)); err != nil && !errors.Is(err, redis.ErrClosed) {
 		errs = append(errs, err)
 	}
 	for _, ch := range []<-chan struct{}{e.Wire.Idle(), e.Wire.Drain()} {

@@ -426,8 +426,14 @@ func (h *Hub) Listening(lockChannel, lockKey string) bool {
 }
 
 // Close wakes every waiter with Closed set, drops all subscriptions by closing
-// the connection, and waits for the reader goroutine to exit. It is idempotent.
-func (h *Hub) Close() error {
+// the connection, and waits for the reader goroutine to exit, at most
+// Config.CloseWait. It is idempotent.
+func (h *Hub) Close() error { return h.CloseWithin(h.closeWait) }
+
+// CloseWithin is Close waiting at most d (none when d <= 0) for the
+// connection to close: the rest goes on in the background, within go-redis'
+// timeouts. The Client's Close gives it what is left of its own budget.
+func (h *Hub) CloseWithin(d time.Duration) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -445,31 +451,33 @@ func (h *Hub) Close() error {
 	}
 	ps, done, subDone, shard := h.ps, h.readerDone, h.subDone, h.shard
 	h.mu.Unlock()
-	if shard != nil {
-		return shard.Close()
-	}
-	if ps == nil {
-		return nil
-	}
-	close(h.opsSignal)
-	// PubSub.Close waits for a subscription call in progress, which may be
-	// stuck on a server that does not answer; it ends within go-redis'
-	// timeouts, and Close does not wait longer than Config.CloseWait for it.
+	// PubSub.Close waits for a subscription call in progress, and the
+	// sharded subscriber's for its Redis calls, which may be stuck on a
+	// server that does not answer; they end within go-redis' timeouts,
+	// and CloseWithin does not wait longer than d for them.
 	closed := make(chan error, 1)
-	go func() {
-		err := ps.Close()
-		<-done
-		<-subDone
-		closed <- err
-	}()
-	t := time.NewTimer(h.closeWait)
+	switch {
+	case shard != nil:
+		go func() { closed <- shard.Close() }()
+	case ps == nil:
+		return nil
+	default:
+		close(h.opsSignal)
+		go func() {
+			err := ps.Close()
+			<-done
+			<-subDone
+			closed <- err
+		}()
+	}
+	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
 	case err := <-closed:
 		return err
 	case <-t.C:
 		// It goes on closing in the background, within go-redis' timeouts.
-		h.log.Warn("dlock: the pub/sub connection is still closing", "after", h.closeWait)
+		h.log.Warn("dlock: the pub/sub connection is still closing", "after", d)
 		return nil
 	}
 }
