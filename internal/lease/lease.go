@@ -318,8 +318,11 @@ func (h *Lease) lose(cause *LossError) {
 	// Its holder, who may have let go of every handle (Client.Mutex(name)
 	// here and there), still owes it its Unlocks: a collected handle would
 	// forget them, and the holder's late Unlock through the next handle of
-	// the name would release another goroutine's hold.
-	h.handle.pin(h.e.Cfg.Watchdog)
+	// the name would release another goroutine's hold. (After Close no
+	// lock call is granted: nothing to keep it for.)
+	if !h.e.closed.Load() {
+		h.handle.pin(h.e.Cfg.Watchdog)
+	}
 	h.end(cause, func() {
 		h.e.Cfg.Logger.Warn("dlock: lock lost", "name", h.name, "cause", cause)
 		for _, o := range h.e.Cfg.Observers {
