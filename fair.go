@@ -33,7 +33,10 @@ package dlock
 // of another process that queued first is never passed over.
 //
 // Order is by arrival at Redis, among live waiters; a waiter whose Client
-// lost its pub/sub connection keeps its place and re-checks when it is back.
+// lost its pub/sub connection keeps its place and re-checks when it is
+// back, unless its turn came meanwhile: a hand-off it did not claim within
+// the claim window (WithHandoffClaim) goes to the next waiter, and the
+// waiter queues again behind the others at its next attempt.
 // In spin mode (WithSpin) a FairMutex still queues and polls for its turn.
 //
 // # Redis layout, and where it differs from Redisson's
