@@ -21,9 +21,11 @@ const WitnessTable = "dlock_redis_seen"
 var _ dlock.RedisWitness = (*Locker)(nil)
 
 // SawRedis implements dlock.RedisWitness: it records that client reached
-// Redis now, by the database's clock, in one statement on a pooled session.
-// Safe for concurrent use.
+// Redis now, by the database's clock, in one statement on a pooled
+// session, bounded by OpTimeout. Safe for concurrent use.
 func (l *Locker) SawRedis(ctx context.Context, client string) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.opTimeout)
+	defer cancel()
 	if err := l.witnessTable(ctx); err != nil {
 		return err
 	}
@@ -40,8 +42,10 @@ func (l *Locker) SawRedis(ctx context.Context, client string) error {
 
 // OthersSawRedis implements dlock.RedisWitness: whether a client other than
 // client recorded reaching Redis within the last d, by the database's
-// clock. Safe for concurrent use.
+// clock; the question is bounded by OpTimeout. Safe for concurrent use.
 func (l *Locker) OthersSawRedis(ctx context.Context, client string, d time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.opTimeout)
+	defer cancel()
 	if err := l.witnessTable(ctx); err != nil {
 		return false, err
 	}

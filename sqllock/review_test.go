@@ -1,0 +1,91 @@
+package sqllock_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testenv"
+	"github.com/dlock-dev/dlock/sqllock"
+)
+
+// serverAddr returns the address of the backend's shared server.
+func (b backend) serverAddr() string {
+	if b.name == "postgres" {
+		return sharedPG.Addr()
+	}
+	return sharedMy.Addr()
+}
+
+// refusedAddr returns an address nothing listens on.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// A strict fallback asks the witness table whether other Clients still
+// reach Redis. When the fallback database accepts and never answers, that
+// question must end within the Locker's OpTimeout like every other
+// statement, not hang a WithLock whose ctx has no deadline.
+func TestStrictWitnessOnASilentDatabaseKeepsToOpTimeout(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		p := testenv.NewFaultProxy(t, b.serverAddr())
+		db := b.openDSN(t, strings.Replace(b.dsn(), b.serverAddr(), p.Addr(), 1))
+		l := b.newLocker(t, db, sqllock.OpTimeout(300*time.Millisecond))
+		t.Cleanup(func() { _ = p.Heal() }) // before the Locker's checks
+		if err := l.SawRedis(ctxT(t, 10*time.Second), "another client"); err != nil {
+			t.Fatal(err)
+		}
+		c := tiered(t, refusedAddr(t), l, []dlock.FallbackOption{dlock.FallbackQuarantine(100 * time.Millisecond), dlock.FallbackStrict()})
+		p.Blackhole()
+		done := make(chan error, 1)
+		go func() {
+			done <- c.WithLock(context.Background(), "silent-witness:"+b.name, func(context.Context) error { return nil })
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("granted by a database that does not answer")
+			}
+			t.Logf("WithLock: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("WithLock still running 5s after the database went silent (OpTimeout 300ms, quarantine 100ms)")
+		}
+		_ = p.Heal()
+	})
+}
+
+// The witness's SawRedis, run in the background whenever Redis answers,
+// keeps to OpTimeout too when given a context without a deadline.
+func TestSawRedisOnASilentDatabaseKeepsToOpTimeout(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		p := testenv.NewFaultProxy(t, b.serverAddr())
+		db := b.openDSN(t, strings.Replace(b.dsn(), b.serverAddr(), p.Addr(), 1))
+		l := b.newLocker(t, db, sqllock.OpTimeout(300*time.Millisecond))
+		t.Cleanup(func() { _ = p.Heal() })
+		if err := l.SawRedis(ctxT(t, 10*time.Second), "me"); err != nil {
+			t.Fatal(err)
+		}
+		p.Blackhole()
+		done := make(chan error, 1)
+		go func() { done <- l.SawRedis(context.Background(), "me") }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("SawRedis succeeded against a silent database")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("SawRedis still running 5s after the database went silent (OpTimeout 300ms)")
+		}
+		_ = p.Heal()
+	})
+}
