@@ -2,6 +2,7 @@ package sqllock_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -87,5 +88,41 @@ func TestSawRedisOnASilentDatabaseKeepsToOpTimeout(t *testing.T) {
 			t.Fatal("SawRedis still running 5s after the database went silent (OpTimeout 300ms)")
 		}
 		_ = p.Heal()
+	})
+}
+
+// A context that outlived its WithLock (kept by a goroutine fn started)
+// carries a hold that has been released. Locking the same name with it must
+// not re-enter that released hold: fn would run holding nothing while
+// another session holds the lock.
+func TestReentryIntoAReleasedHoldIsRefused(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		l := b.newLocker(t, db)
+		ctx := ctxT(t, 30*time.Second)
+		name := "released-reentry:" + b.name
+		var kept context.Context
+		if err := l.WithLock(ctx, name, func(fctx context.Context) error {
+			kept = fctx
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		other, err := l.Acquire(ctx, name, dlock.FallbackRequest{Name: name}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = other.Release(ctx) }()
+		ran := false
+		err = l.WithLock(kept, name, func(context.Context) error {
+			ran = true
+			return nil
+		})
+		if ran {
+			t.Fatalf("fn ran (WithLock = %v) while another session (token %d) holds %q: the re-entered hold had been released", err, other.Token(), name)
+		}
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("WithLock = %v; want ErrNotHeld", err)
+		}
 	})
 }

@@ -50,8 +50,9 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 //
 // Reentry: a call whose ctx descends from fn's context of a hold of the
 // same name by the same Locker runs fn at once within that hold (a read
-// hold refuses a nested exclusive call with dlock.ErrUpgrade). Another
-// Locker, or a context that does not descend from the hold, waits like any
+// hold refuses a nested exclusive call with dlock.ErrUpgrade; a hold that
+// was released, its context having outlived its WithLock, gives
+// dlock.ErrNotHeld, and a lost one its loss). Another Locker, or a context that does not descend from the hold, waits like any
 // other caller.
 //
 // Tier order: the new token is greater than the options' dlock.TokenFloor
@@ -90,6 +91,13 @@ func (l *Locker) Run(ctx context.Context, set dlock.FallbackRequest, fn func(con
 		}
 		if lost := outer.Err(); lost != nil {
 			return lost
+		}
+		select {
+		case <-outer.Done():
+			// A context that outlived its WithLock: its hold was released,
+			// and another session may hold the lock now.
+			return fmt.Errorf("sqllock: %q: %w: the context's hold has been released", name, dlock.ErrNotHeld)
+		default:
 		}
 		return fn(ctx)
 	}
