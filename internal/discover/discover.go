@@ -202,8 +202,13 @@ func (r *run) hashes(ctx context.Context, node *redis.Client, ks []string) (bool
 		for _, k := range ks {
 			cmds = append(cmds, p.HRandField(ctx, k, ProbeFields))
 		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return false, err
+		_, _ = p.Exec(ctx)
+		// A key that is no longer a hash (a neighbour's, turned into a
+		// string since the SCAN) is not a lock: only other errors fail.
+		for _, c := range cmds {
+			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+				return false, err
+			}
 		}
 	}
 	r.mu.Lock()
