@@ -185,8 +185,11 @@ func Locks(ctx context.Context, e *lease.Engine, match string, history bool) ([]
 	} {
 		for n := range r.names {
 			info, err := r.read(ctx, n)
-			if errors.Is(err, lease.ErrNotLock) {
-				continue // another type now, or gone since the scan
+			if errors.Is(err, lease.ErrNotLock) || wrongType(err) {
+				// Another type now, or gone since the scan; or a key beside
+				// it of another type (a neighbour's): this name cannot be
+				// read, the others still can.
+				continue
 			}
 			if err != nil {
 				return out, err
@@ -201,6 +204,12 @@ func Locks(ctx context.Context, e *lease.Engine, match string, history bool) ([]
 		return out[i].Name < out[j].Name
 	})
 	return out, nil
+}
+
+// wrongType reports whether err is the server's WRONGTYPE reply.
+func wrongType(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 // read runs a reader of a kind's layout (ReadSemaphore, ReadLatch) on e's
