@@ -141,6 +141,7 @@ func label(m *dto.Metric, name string) string {
 // rates scrapes once and returns the rates since the previous scrape.
 func (s *scraper) rates(ctx context.Context) *rates {
 	r := &rates{URL: s.shown, GrantsPerSecByKind: map[string]float64{}}
+	defer r.finite()
 	cur, err := s.scrape(ctx)
 	if err != nil {
 		r.Error = oneLine(err.Error())
@@ -183,4 +184,20 @@ func (s *scraper) rates(ctx context.Context) *rates {
 		r.WaitAvgMs = round2(delta(cur.waitSum, prev.waitSum) / n * 1000)
 	}
 	return r
+}
+
+// finite zeroes what is NaN or infinite (an endpoint may say so: it is
+// valid Prometheus text): JSON has no such numbers, and the page's
+// snapshot, locks included, would fail to encode.
+func (r *rates) finite() {
+	for _, v := range []*float64{&r.GrantsPerSec, &r.AttemptsPerSec, &r.TimeoutsPerSec, &r.WaitAvgMs, &r.Held, &r.Lost, &r.WindowMs} {
+		if math.IsNaN(*v) || math.IsInf(*v, 0) {
+			*v = 0
+		}
+	}
+	for k, v := range r.GrantsPerSecByKind {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			r.GrantsPerSecByKind[k] = 0
+		}
+	}
 }
