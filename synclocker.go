@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/lease"
 )
 
 // SyncLocker returns a sync.Locker over l, for code that takes one (a
@@ -78,9 +80,12 @@ func (s *syncLocker) Unlock() {
 		s.onError(s.err)
 		return
 	}
+	// Bounded, yet standing for the caller whose holds were taken with
+	// context.Background() (which hold an Unlock means follows the context
+	// its lock call was given).
 	ctx, cancel := context.WithTimeout(context.Background(), s.cleanupTimeout())
 	defer cancel()
-	if err := s.l.Unlock(ctx); err != nil {
+	if err := s.l.Unlock(lease.AsCaller(ctx, context.Background())); err != nil {
 		s.onError(err)
 	}
 }

@@ -110,3 +110,26 @@ func TestSyncLockerOfNilReportsInsteadOfPanicking(t *testing.T) {
 		}
 	}
 }
+
+// Readers behind one SyncLocker of an RLocker share the lock, and each
+// Unlock releases one of their read holds: the holds were taken with
+// context.Background(), and Unlock, bounded by the cleanup timeout, still
+// stands for that caller (with a context of its own it matched none of
+// them and, with several, released nothing: ErrAmbiguous, the holds
+// renewed until Close).
+func TestSyncLockerReadersUnlock(t *testing.T) {
+	c := newClient(t, shared)
+	var mu sync.Mutex
+	var reported []error
+	l := SyncLocker(c.RWMutex("sync:readers").RLocker(), func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() })
+	l.Lock()
+	l.Lock() // a second reader beside the first
+	l.Unlock()
+	l.Unlock()
+	if len(reported) != 0 {
+		t.Fatalf("Unlocks of the readers reported %v", reported)
+	}
+	if n := rdbFor(t, shared).Exists(ctxT(t), "sync:readers").Val(); n != 0 {
+		t.Fatal("the read holds are still in Redis after both Unlocks")
+	}
+}

@@ -105,6 +105,25 @@ func (h *Lease) endedWith(cause error) bool {
 	return cause == ErrReleased
 }
 
+// AsCaller returns ctx standing, where a hold is named by the context its
+// lock call was given (Handle.Current), for the caller whose lock calls
+// were given caller: a release bounded by a deadline of its own (a
+// SyncLocker's Unlock, which has no context) still names the holds taken
+// with caller.
+func AsCaller(ctx, caller context.Context) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+type callerKey struct{}
+
+// callerOf is the context ctx stands for (AsCaller), or ctx itself.
+func callerOf(ctx context.Context) context.Context {
+	if c, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return c
+	}
+	return ctx
+}
+
 // doneError is the error of a call that returned because its context was
 // done with a cause of its own (WithCancelCause, a hold's loss or release):
 // errors.Is matches both the context's error and the cause.

@@ -347,6 +347,7 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 			return h, nil
 		}
 	}
+	ctx = callerOf(ctx)
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
 	if h := hd.owedTo(ctx); h != nil {
