@@ -122,14 +122,18 @@ func TestSyncLockerReadersUnlock(t *testing.T) {
 	var mu sync.Mutex
 	var reported []error
 	l := SyncLocker(c.RWMutex("sync:readers").RLocker(), func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() })
+	rdb := rdbFor(t, shared)
 	l.Lock()
-	l.Lock() // a second reader beside the first
+	l.Lock()                                                  // a second reader beside the first
+	if n := rdb.HLen(ctxT(t), "sync:readers").Val(); n != 3 { // the mode and two readers
+		t.Errorf("the lock holds %d fields, want the mode and two readers", n)
+	}
 	l.Unlock()
 	l.Unlock()
 	if len(reported) != 0 {
 		t.Fatalf("Unlocks of the readers reported %v", reported)
 	}
-	if n := rdbFor(t, shared).Exists(ctxT(t), "sync:readers").Val(); n != 0 {
+	if n := rdb.Exists(ctxT(t), "sync:readers").Val(); n != 0 {
 		t.Fatal("the read holds are still in Redis after both Unlocks")
 	}
 }
