@@ -124,8 +124,8 @@ func TestSyncLockerReadersUnlock(t *testing.T) {
 	l := SyncLocker(c.RWMutex("sync:readers").RLocker(), func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() })
 	rdb := rdbFor(t, shared)
 	l.Lock()
-	l.Lock()                                                  // a second reader beside the first
-	if n := rdb.HLen(ctxT(t), "sync:readers").Val(); n != 3 { // the mode and two readers
+	l.Lock() // a second reader beside the first: the mode and two readers
+	if n := rdb.HLen(ctxT(t), "sync:readers").Val(); n != 3 {
 		t.Errorf("the lock holds %d fields, want the mode and two readers", n)
 	}
 	l.Unlock()
