@@ -31,8 +31,9 @@ type Func func(ctx context.Context, batch []*Entry, ttls []int64) ([]int64, erro
 const Held = 1
 
 // Holder is told the outcome of its entry's renewals. Its methods run on the
-// Renewer's goroutine and must not block or call back into the Renewer except
-// through Remove.
+// goroutine of the call that carried the entry: one at a time for an entry,
+// at once for entries of different batches. They must not block or call
+// back into the Renewer except through Remove.
 type Holder interface {
 	// Renewed is called with the time the successful call was sent: the
 	// lock is certainly held until sent plus the TTL.
@@ -72,6 +73,8 @@ type Config struct {
 	Run    Func                    // renews one batch
 	Slot   func(key string) uint16 // groups keys by Cluster slot; nil: one group
 	// Failed, when set, is called after a call that returned an error.
+	// Calls run at once, so Failed and Batched must be safe for concurrent
+	// use.
 	Failed func(n int, err error)
 	// Batched, when set, is called after each successful call with its size.
 	Batched func(n int)
@@ -79,29 +82,32 @@ type Config struct {
 
 // Renewer batches renewals. Its methods are safe for concurrent use.
 //
-// Its loop sleeps on one timer, armed for the earliest entry's due time by
-// whoever changes that time (Add, or the loop after a call) and disarmed
-// when the last entry leaves: the loop wakes only to renew, never to learn
-// of an Add or a Remove. A lock taken and released within a period (the
-// common case when each request takes one) thus costs the timer's Reset and
-// Stop, and no wake-up of the loop's goroutine.
+// Its loop sleeps on one timer, armed for the earliest due time of an entry
+// not being renewed by whoever changes that time (Add, the loop, or a call
+// that returns) and disarmed when no such entry is left: the loop wakes only
+// to renew, never to learn of an Add or a Remove. A lock taken and released
+// within a period (the common case when each request takes one) thus costs
+// the timer's Reset and Stop, and no wake-up of the loop's goroutine.
+//
+// Each batch's call runs on a goroutine of its own, so that a node of a
+// Cluster that does not answer holds back only its own batches: the others
+// are renewed on time (each call waits at most a period).
 type Renewer struct {
 	cfg Config
 
 	mu      sync.Mutex
 	entries map[*Entry]struct{}
 	timer   *time.Timer // the loop's alarm, armed for wakeAt
-	// wakeAt is when timer fires; zero: it is disarmed (no entries). While
-	// the loop is busy it may lie in the past: the loop collects again when
-	// done, so an Add due later need not arm anything. Guarded by mu.
+	// wakeAt is when timer fires; zero: it is disarmed (no entry waits for
+	// its due time). Guarded by mu.
 	wakeAt  time.Time
 	stop    chan struct{}
 	done    chan struct{}
 	base    context.Context // cancelled by Stop: a call in flight ends at once
 	cancel  context.CancelFunc
 	stopped bool
-	calling bool // a call is in flight; guarded by mu
-	wakes   int  // times the loop woke from its wait; guarded by mu (tests)
+	calls   sync.WaitGroup // the calls in flight
+	wakes   int            // times the loop woke from its wait; guarded by mu (tests)
 }
 
 // New starts a Renewer.
@@ -183,9 +189,9 @@ func (r *Renewer) Len() int {
 	return len(r.entries)
 }
 
-// Stop ends the loop; entries are dropped. It waits for the loop unless a
-// call is in flight: that call's context is cancelled and the loop exits when
-// it returns (go-redis may take its own timeouts to notice). Idempotent.
+// Stop ends the loop; entries are dropped. Calls in flight have their
+// context cancelled and return on their own goroutines: Stop waits for the
+// loop only. Idempotent.
 func (r *Renewer) Stop() {
 	r.mu.Lock()
 	if r.stopped {
@@ -194,12 +200,9 @@ func (r *Renewer) Stop() {
 	}
 	r.stopped = true
 	close(r.stop)
-	busy := r.calling
 	r.mu.Unlock()
 	r.cancel()
-	if !busy {
-		<-r.done
-	}
+	<-r.done
 }
 
 func (r *Renewer) loop() {
@@ -214,55 +217,35 @@ func (r *Renewer) loop() {
 		r.mu.Lock()
 		r.wakes++
 		r.mu.Unlock()
-		// Renew what is due, then what fell due meanwhile; collect arms the
-		// timer for the rest.
-		for batches := r.collect(time.Now()); len(batches) > 0; batches = r.collect(time.Now()) {
-			for _, b := range batches {
-				select {
-				case <-r.stop:
-					return
-				default:
-				}
+		for _, b := range r.collect(time.Now()) {
+			r.calls.Add(1)
+			go func() {
+				defer r.calls.Done()
 				r.call(b)
-			}
+			}()
 		}
 	}
 }
 
-// collect takes the entries due within half a period of now, grouped by slot
-// in batches of at most MaxBatch. When none is due it arms the timer for the
-// earliest entry (disarms it when there is none) and returns nil.
+// collect takes the entries due within half a period of now that are not
+// being renewed already, grouped by slot in batches of at most MaxBatch,
+// and arms the timer for the earliest entry left (disarms it when there is
+// none: a call that returns arms it for its entries).
 func (r *Renewer) collect(now time.Time) [][]*Entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := now.Add(r.cfg.Period / 2)
-	var next time.Time
-	var dueNow bool
-	for e := range r.entries {
-		if !e.due.After(now) {
-			dueNow = true
-		}
-		if next.IsZero() || e.due.Before(next) {
-			next = e.due
-		}
-	}
-	if !dueNow {
-		// Under the same lock as the scan: an Add after this point compares
-		// with the time the loop will really wake at.
-		if next.IsZero() {
-			r.disarm()
-		} else {
-			r.arm(next)
-		}
-		return nil
-	}
-	// The loop is busy until it collects again: wakeAt stays in the past,
-	// so that an Add meanwhile arms nothing needlessly.
-	r.wakeAt = now
 	groups := make(map[uint16][]*Entry)
 	var order []uint16
+	var next time.Time
 	for e := range r.entries {
-		if e.due.After(horizon) || e.inflight != nil {
+		if e.inflight != nil {
+			continue
+		}
+		if e.due.After(horizon) {
+			if next.IsZero() || e.due.Before(next) {
+				next = e.due
+			}
 			continue
 		}
 		var s uint16
@@ -273,6 +256,11 @@ func (r *Renewer) collect(now time.Time) [][]*Entry {
 			order = append(order, s)
 		}
 		groups[s] = append(groups[s], e)
+	}
+	if next.IsZero() {
+		r.disarm()
+	} else {
+		r.arm(next)
 	}
 	var out [][]*Entry
 	for _, s := range order {
@@ -291,15 +279,8 @@ func (r *Renewer) collect(now time.Time) [][]*Entry {
 	return out
 }
 
+// call renews batch b, on a goroutine of its own.
 func (r *Renewer) call(b []*Entry) {
-	r.mu.Lock()
-	r.calling = true
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.calling = false
-		r.mu.Unlock()
-	}()
 	ttls := make([]int64, len(b))
 	sent := time.Now()
 	for i, e := range b {
@@ -309,6 +290,9 @@ func (r *Renewer) call(b []*Entry) {
 	codes, err := r.cfg.Run(ctx, b, ttls)
 	cancel()
 	renewed, failed, lost := r.sort(b, codes, err, sent)
+	// The entries stay out of collect's reach until their holders have
+	// been told: a holder hears of one call at a time.
+	defer r.settle(b)
 	if err != nil {
 		for _, e := range failed {
 			e.Holder.Failed(err)
@@ -322,7 +306,6 @@ func (r *Renewer) call(b []*Entry) {
 		r.cfg.Batched(len(b))
 	}
 	for _, e := range renewed {
-		e.Renewals++
 		e.Holder.Renewed(sent)
 	}
 	for _, i := range lost {
@@ -330,13 +313,13 @@ func (r *Renewer) call(b []*Entry) {
 	}
 }
 
-// sort reschedules the entries of a call that returned, and tells which
-// were renewed, which failed and which were lost (indexes into b).
+// sort reschedules the entries of a call that returned, tells which were
+// renewed, which failed and which were lost (indexes into b), and lets a
+// Remove waiting for the call return.
 func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (renewed, failed []*Entry, lost []int) {
 	r.mu.Lock()
 	done := b[0].inflight
 	for i, e := range b {
-		e.inflight = nil
 		if e.removed {
 			// Removed while the call was in flight (a release waits for it):
 			// a renewal that found the lock held still vouches for it.
@@ -352,6 +335,7 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 			e.due = time.Now().Add(min(r.cfg.Period/4, time.Second))
 			failed = append(failed, e)
 		case codes[i] == Held:
+			e.Renewals++
 			renewed = append(renewed, e)
 			e.due = sent.Add(r.cfg.Period)
 		default:
@@ -363,4 +347,17 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 	r.mu.Unlock()
 	close(done)
 	return renewed, failed, lost
+}
+
+// settle gives the entries of a call whose holders have been told back to
+// collect, arming the timer for them.
+func (r *Renewer) settle(b []*Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range b {
+		e.inflight = nil
+		if !e.removed && !r.stopped && (r.wakeAt.IsZero() || e.due.Before(r.wakeAt)) {
+			r.arm(e.due)
+		}
+	}
 }

@@ -33,8 +33,9 @@ type Wire struct {
 	rdb     redis.UniversalClient
 	cleanup time.Duration
 	variant Variant // the scripts' variant this Wire runs (SetVariant)
-	batch   batcher
-	lones   []*lone // nil: every call goes through the batcher
+	batch   batcher // every call, or a Cluster's before its slot map is known
+	nodes   *nodes  // a Cluster's batcher per master (nodes.go); nil otherwise
+	lones   []*lone // nil: every call goes through a batcher
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
 }
@@ -46,6 +47,9 @@ func New(rdb redis.UniversalClient, cleanup time.Duration, own bool) *Wire {
 	w := &Wire{rdb: rdb, cleanup: cleanup}
 	if own {
 		w.lones = newLones(rdb)
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		w.nodes = &nodes{cc: cc}
 	}
 	w.batch.start(w)
 	return w
@@ -143,7 +147,11 @@ func (w *Wire) Do(ctx context.Context, cl *Call) (left bool, err error) {
 			return left, err
 		}
 	}
-	w.batch.submit(cl)
+	b := &w.batch
+	if w.nodes != nil {
+		b = w.nodes.batcherFor(w, cl)
+	}
+	b.submit(cl)
 	return w.wait(ctx, cl)
 }
 
@@ -246,13 +254,29 @@ func (w *Wire) Idle() <-chan struct{} { return w.background.idle() }
 
 // Drain returns a channel closed once no call sent through Do is pending:
 // every reply delivered and every Undo returned.
-func (w *Wire) Drain() <-chan struct{} { return w.batch.drain() }
+func (w *Wire) Drain() <-chan struct{} {
+	if w.nodes == nil {
+		return w.batch.drain()
+	}
+	bs := append(w.nodes.all(), &w.batch)
+	drained := make(chan struct{})
+	go func() {
+		for _, b := range bs {
+			<-b.drain()
+		}
+		close(drained)
+	}()
+	return drained
+}
 
 // Stop ends the batch workers once their queue is empty; calls made
 // afterwards are sent on goroutines of their own, so that a cleanup that
 // outlives Close's budget still reaches Redis.
 func (w *Wire) Stop() {
 	w.batch.stop()
+	if w.nodes != nil {
+		w.nodes.stop()
+	}
 	for _, l := range w.lones {
 		// An inline call on it fails and is resent on a goroutine of its
 		// own, as every call after Stop is.
@@ -407,6 +431,9 @@ func (b *batcher) exec(batch []*Call) {
 	}
 	var redirected []*Call
 	answered := batch[:0]
+	if b.w.nodes != nil {
+		b.w.nodes.answered(batch[0].Cmd)
+	}
 	for _, cl := range batch {
 		if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
 			cl.Script.evalInstead(ctx, b.w.rdb, cl.Cmd)

@@ -1,0 +1,137 @@
+package wire
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Cluster's calls are batched per master: each master's calls have a
+// batcher of their own, with its own workers. A go-redis pipeline over a
+// Cluster client waits for every node it sends to, so with one batcher for
+// all nodes a master that does not answer (paused, partitioned) held both
+// workers until go-redis's read timeout, and the calls for every other
+// master waited behind it: renewals there failed, and holds on healthy
+// masters were declared lost. Now such a master holds back only the calls
+// for its own slots.
+//
+// Calls still go through the Cluster client (its hooks, its redirects);
+// only the queue they wait in depends on the master that serves their
+// first key's slot in the client's slot map. A call routed by a stale map
+// is still sent right (go-redis and the wire follow the redirect), only in
+// another master's batch.
+type nodes struct {
+	cc *redis.ClusterClient
+	// known is set once the client has answered a call: its slot map is
+	// loaded, and MasterForKey reads it without a round trip. Until then
+	// every call goes through the Wire's first batcher.
+	known   atomic.Bool
+	mu      sync.Mutex // guards creation and stopped
+	by      sync.Map   // master address -> *batcher
+	stopped bool
+}
+
+// batcherFor returns the batcher for cl's master, or w's first batcher.
+func (n *nodes) batcherFor(w *Wire, cl *Call) *batcher {
+	if !n.known.Load() {
+		return &w.batch
+	}
+	key, ok := firstKey(cl.Cmd.Args())
+	if !ok {
+		return &w.batch
+	}
+	master, err := n.cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		return &w.batch
+	}
+	addr := master.Options().Addr
+	if b, ok := n.by.Load(addr); ok {
+		return b.(*batcher)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b, ok := n.by.Load(addr); ok {
+		return b.(*batcher)
+	}
+	b := &batcher{}
+	if n.stopped {
+		b.w, b.stopped = w, true
+	} else {
+		b.start(w)
+	}
+	n.by.Store(addr, b)
+	return b
+}
+
+// answered notes that the Cluster client answered cmd: its slot map is
+// loaded.
+func (n *nodes) answered(cmd redis.Cmder) {
+	if n.known.Load() {
+		return
+	}
+	err := cmd.Err()
+	if _, reply := err.(redis.Error); err == nil || reply {
+		n.known.Store(true)
+	}
+}
+
+// all returns every master's batcher.
+func (n *nodes) all() []*batcher {
+	var bs []*batcher
+	n.by.Range(func(_, b any) bool {
+		bs = append(bs, b.(*batcher))
+		return true
+	})
+	return bs
+}
+
+// stop stops every master's batcher, and those made later.
+func (n *nodes) stop() {
+	n.mu.Lock()
+	n.stopped = true
+	n.mu.Unlock()
+	for _, b := range n.all() {
+		b.stop()
+	}
+}
+
+// firstKey returns the first key of a command the wire sends: a script's
+// first key, or the first argument of any other command.
+func firstKey(args []any) (string, bool) {
+	if len(args) < 2 {
+		return "", false
+	}
+	name, _ := args[0].(string)
+	i := 1
+	if len(name) >= 4 && strings.EqualFold(name[:4], "eval") {
+		if len(args) < 4 || !positive(args[2]) {
+			return "", false
+		}
+		i = 3
+	}
+	switch k := args[i].(type) {
+	case string:
+		return k, true
+	case []byte:
+		return string(k), true
+	}
+	return "", false
+}
+
+// positive reports whether a script's key count is above zero.
+func positive(v any) bool {
+	switch n := v.(type) {
+	case int:
+		return n > 0
+	case int64:
+		return n > 0
+	case string:
+		k, err := strconv.Atoi(n)
+		return err == nil && k > 0
+	}
+	return false
+}
