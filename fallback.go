@@ -26,9 +26,18 @@ type Fallback interface {
 
 // Breaker decides whether a call may try Redis: Allow returns an error
 // while the circuit is open, or a done func that must be called once with
-// the Redis failure (nil when Redis worked; contention and cancellation
-// count as working). sony/gobreaker v2's *TwoStepCircuitBreaker satisfies
-// it. A Breaker must be safe for concurrent use.
+// the Redis failure (nil when Redis worked; contention counts as working).
+// A call whose caller's ctx ended before Redis answered proves nothing
+// about Redis: done gets nil, unless the Breaker refused a call since it
+// was last given nil, so that this call may be its half-open probe; then
+// done gets an error wrapping the ctx's error (context.Canceled or
+// context.DeadlineExceeded), so that the breaker does not close on a probe
+// that was never answered (gobreaker's Settings.IsExcluded can leave such
+// an error uncounted, letting the next call probe at once; otherwise it
+// opens the breaker again). The default breaker counts such a call neither
+// way and lets the next caller probe. sony/gobreaker v2's
+// *TwoStepCircuitBreaker satisfies it. A Breaker must be safe for
+// concurrent use.
 type Breaker interface {
 	Allow() (done func(err error), err error)
 }

@@ -21,6 +21,12 @@ import (
 // errBreakerOpen is the default breaker's answer while it is open.
 var errBreakerOpen = errors.New("dlock: circuit breaker open")
 
+// errAbandoned marks what a call's done gets when its caller's ctx ended
+// before Redis answered (Tiers.abandoned): the call proves nothing about
+// Redis, so the default breaker counts it neither as a success nor as a
+// failure.
+var errAbandoned = errors.New("dlock: the caller gave up before Redis answered")
+
 // breaker is the default dlock.Breaker: closed until failures infrastructure
 // failures in a row, then open for cooldown, then half-open: one probe at a
 // time decides whether it closes or opens again.
@@ -68,6 +74,9 @@ func (b *breaker) Allow() (func(error), error) {
 }
 
 func (b *breaker) closedDone(err error) {
+	if errors.Is(err, errAbandoned) {
+		return // neither resets nor adds to the failures in a row
+	}
 	ok := err == nil
 	b.mu.Lock()
 	var moved string
@@ -88,6 +97,12 @@ func (b *breaker) probeDone(err error) {
 	ok := err == nil
 	b.mu.Lock()
 	b.probing = false
+	if errors.Is(err, errAbandoned) {
+		// The probe's caller left before Redis answered: stay half-open,
+		// so that the next caller probes (one at a time, as before).
+		b.mu.Unlock()
+		return
+	}
 	b.fails = 0
 	if ok {
 		b.state = "closed"

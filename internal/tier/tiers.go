@@ -71,6 +71,13 @@ type Tiers struct {
 
 	maxToken atomic.Uint64 // the highest Redis token this Client saw
 
+	// ownBreaker: cfg.Breaker is the default breaker, which knows
+	// errAbandoned. refused: the breaker refused a call since it was last
+	// told of a success, so that the next call it lets through may be its
+	// half-open probe (abandoned).
+	ownBreaker bool
+	refused    atomic.Bool
+
 	mu sync.Mutex
 	// downSince is when the outage began: the first infrastructure failure,
 	// or the first call sent to the fallback, since Redis last answered;
@@ -83,6 +90,36 @@ type Tiers struct {
 	// for the fallback lock or holding it): Redis grants of the name take
 	// the fallback lock too while there are any.
 	fallbacks map[string]int
+}
+
+// worked wraps a call's done so that a success sent to the breaker also
+// records that it no longer refused since (see abandoned).
+func (t *Tiers) worked(done func(error)) func(error) {
+	return func(err error) {
+		if err == nil {
+			t.refused.Store(false)
+		}
+		done(err)
+	}
+}
+
+// abandoned tells the breaker of a call whose caller's ctx ended before
+// Redis answered (or before fn started). It proves nothing about Redis:
+// reported as a success it would close a half-open breaker whose probe it
+// was, untested. The default breaker is told so (errAbandoned) and stays
+// half-open for the next caller's probe. A Breaker of the caller's own
+// cannot be asked whether the call was its probe; it may have been if the
+// breaker refused a call since it was last told of a success, and then
+// done gets an error wrapping the ctx's (context.Canceled or
+// DeadlineExceeded, which gobreaker's IsExcluded can leave uncounted; else
+// the breaker opens again). Otherwise done gets nil, as for contention, so
+// that callers giving up never open a closed breaker.
+func (t *Tiers) abandoned(ctx context.Context, done func(error)) {
+	if t.ownBreaker || t.refused.Load() {
+		done(fmt.Errorf("%w: %w", errAbandoned, ctx.Err()))
+		return
+	}
+	done(nil)
 }
 
 // New returns the tiers of cfg, filling in its defaults.
@@ -101,7 +138,8 @@ func New(cfg Config) *Tiers {
 	if cfg.Recovery == 0 {
 		cfg.Recovery = max(2*cfg.Quarantine, 10*time.Second)
 	}
-	return &Tiers{cfg: cfg, fallbacks: map[string]int{}}
+	_, own := cfg.Breaker.(*breaker)
+	return &Tiers{cfg: cfg, ownBreaker: own, fallbacks: map[string]int{}}
 }
 
 // WithLock is dlock's WithLock with a fallback tier.
@@ -110,14 +148,18 @@ func (t *Tiers) WithLock(ctx context.Context, req Request, fn func(context.Conte
 	var reason error
 	done, err := t.cfg.Breaker.Allow()
 	if err != nil {
+		t.refused.Store(true)
 		reason = fmt.Errorf("%w: %w: %w", lease.ErrUnavailable, ErrOpenBreaker, err)
 	} else {
-		started, err := t.onRedis(ctx, req, start, done, fn)
+		started, err := t.onRedis(ctx, req, start, t.worked(done), fn)
 		switch {
 		case started:
 			return err
-		case ctx.Err() != nil || !IsInfrastructure(err):
-			done(nil) // contention and cancellation are not Redis' fault
+		case ctx.Err() != nil:
+			t.abandoned(ctx, done)
+			return err
+		case !IsInfrastructure(err):
+			t.worked(done)(nil) // contention is not Redis' fault
 			return err
 		}
 		done(err)
