@@ -324,7 +324,11 @@
 //     the name in the same Client waits or holds, Redis grants also take the
 //     SQL lock and lift the name's Redis fencing counter above the SQL token,
 //     so they wait for fallback holders still inside fn, and later Redis
-//     tokens stay above the fallback's.
+//     tokens stay above the fallback's. When a lift fails (Redis failing
+//     again, the caller's ctx ending), the Client's Redis grants of that
+//     name keep taking the SQL lock, and lifting, until a lift succeeds,
+//     whatever the window: a Redis grant alone would hand out a token below
+//     the SQL token fn already ran with.
 //   - One token order: fallback tokens are above the highest Redis token the
 //     Client saw and at least the database clock in microseconds; Redis
 //     tokens start from the Redis clock. With clocks in step, tokens of both

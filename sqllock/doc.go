@@ -137,7 +137,15 @@
 // is ordered only if the Redis counter starts a new sequence (after a
 // restart without data, or its 24-hour expiry) after the database clock has
 // passed the last SQL token, or if the Redis tier raises its counter past
-// the last SQL token; that is for the Redis tier's fallback logic to do.
+// the last SQL token. A dlock Client built WithFallback does the latter for
+// the names it grants during its recovery window: such a Redis grant also
+// takes the SQL lock, runs fn with the SQL token, and raises the name's
+// Redis counter to it. A raise that fails is not dropped: until one
+// succeeds, that Client's Redis grants of the name keep taking the SQL lock
+// (so their tokens are SQL tokens, above it) and raise again, so the
+// Client never hands out a Redis token of the name below a SQL token it
+// ran fn with. Other Clients learn nothing of it: their order rests on
+// their own recovery windows and on the raises that succeeded.
 //
 // Every call returns promptly once its ctx is done, whatever the database
 // does; a release started by WithLock or Release finishes in the background

@@ -90,6 +90,13 @@ type Tiers struct {
 	// for the fallback lock or holding it): Redis grants of the name take
 	// the fallback lock too while there are any.
 	fallbacks map[string]int
+	// owed holds, for each name, the highest fallback token that a Redis
+	// grant of the name ran fn with (during recovery) and whose lift of the
+	// name's Redis fencing counter has not succeeded yet. While it does,
+	// Redis grants of the name keep taking the fallback lock (whose tokens
+	// are above it) and lifting again: a Redis grant alone would hand out a
+	// token below it.
+	owed map[string]uint64
 }
 
 // worked wraps a call's done so that a success sent to the breaker also
@@ -139,7 +146,7 @@ func New(cfg Config) *Tiers {
 		cfg.Recovery = max(2*cfg.Quarantine, 10*time.Second)
 	}
 	_, own := cfg.Breaker.(*breaker)
-	return &Tiers{cfg: cfg, ownBreaker: own, fallbacks: map[string]int{}}
+	return &Tiers{cfg: cfg, ownBreaker: own, fallbacks: map[string]int{}, owed: map[string]uint64{}}
 }
 
 // WithLock is dlock's WithLock with a fallback tier.
@@ -327,12 +334,13 @@ func (t *Tiers) RedisFailed() {
 
 // recovering reports whether a Redis grant of name must also take the
 // fallback lock: during the recovery window, which covers other Clients'
-// fallback holders, and while a fallback call of name in this Client is in
-// progress, which may outlast the window.
+// fallback holders, while a fallback call of name in this Client is in
+// progress, which may outlast the window, and while a lift of name's Redis
+// counter past a fallback token is owed (raiseRedisToken).
 func (t *Tiers) recovering(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.fallbacks[name] > 0 || time.Now().Before(t.recoveryUntil)
+	return t.fallbacks[name] > 0 || t.owed[name] > 0 || time.Now().Before(t.recoveryUntil)
 }
 
 // fallbackCall adds delta to the fallback calls of name in progress.
@@ -346,13 +354,32 @@ func (t *Tiers) fallbackCall(name string, delta int) {
 	}
 }
 
-// raiseRedisToken lifts name's Redis fencing counter to tok (best effort: a
-// failure leaves later Redis tokens below tok, which the resource's fencing
-// check then rejects rather than accepts).
+// raiseRedisToken lifts name's Redis fencing counter to tok, the fallback
+// token a Redis grant runs fn with. Until a lift succeeds the lift is owed:
+// a failed one (Redis failing again, ctx cancelled) would otherwise let
+// later Redis grants hand out tokens below tok, which a fencing resource
+// rejects though their holders are legitimate. So while it is owed, Redis
+// grants of name keep taking the fallback lock, whose tokens are above tok,
+// and lift again (recovering). The lift is retried by the name's next
+// grant, not in the background: that is when the order matters, and a
+// background loop would outlive its cause.
 func (t *Tiers) raiseRedisToken(ctx context.Context, name string, tok uint64) {
-	if err := t.cfg.Raise(ctx, name, tok); err != nil {
-		t.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback", "name", name, "err", err)
+	if tok == 0 {
+		return // a fallback without tokens: nothing to order
 	}
+	t.mu.Lock()
+	t.owed[name] = max(t.owed[name], tok)
+	t.mu.Unlock()
+	if err := t.cfg.Raise(ctx, name, tok); err != nil {
+		t.cfg.Logger.Warn("dlock: could not lift the Redis fencing counter after the fallback; Redis grants of the name keep taking the fallback lock until a lift succeeds",
+			"name", name, "token", tok, "err", err)
+		return
+	}
+	t.mu.Lock()
+	if t.owed[name] <= tok {
+		delete(t.owed, name)
+	}
+	t.mu.Unlock()
 }
 
 func (t *Tiers) observeFallback(kind lease.Kind, name string, reason error) {
