@@ -126,3 +126,43 @@ func TestReentryIntoAReleasedHoldIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// Setup creates the fence table. On a database that accepts and never
+// answers, it must end within OpTimeout like every other statement, even
+// with a ctx that has no deadline: both when a pooled session is at hand
+// (the CREATE hangs) and when one has to be opened (the handshake hangs).
+func TestSetupOnASilentDatabaseKeepsToOpTimeout(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		for _, pooled := range []bool{true, false} {
+			t.Run(map[bool]string{true: "pooled", false: "new session"}[pooled], func(t *testing.T) {
+				p := testenv.NewFaultProxy(t, b.serverAddr())
+				db := b.openDSN(t, strings.Replace(b.dsn(), b.serverAddr(), p.Addr(), 1))
+				l := b.newLocker(t, db, sqllock.OpTimeout(300*time.Millisecond))
+				t.Cleanup(func() { _ = p.Heal() })
+				if pooled {
+					// Twice: pgx pings a session it has never reused
+					// when it is taken from the pool, which would
+					// make Setup open a new one.
+					for range 2 {
+						if err := db.PingContext(ctxT(t, 10*time.Second)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				p.Blackhole()
+				done := make(chan error, 1)
+				go func() { done <- l.Setup(context.Background()) }()
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Fatal("Setup succeeded against a silent database")
+					}
+					t.Logf("Setup: %v", err)
+				case <-time.After(5 * time.Second):
+					t.Fatal("Setup still running 5s after the database went silent (OpTimeout 300ms)")
+				}
+				_ = p.Heal()
+			})
+		}
+	})
+}

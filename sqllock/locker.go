@@ -100,26 +100,38 @@ func (l *Locker) MaxSessions() int { return cap(l.slots) }
 // Setup checks that the database answers and creates the fence table if it
 // is missing, so that a misconfiguration shows at startup rather than at
 // the first fallback. It is optional: the first lock does the same. It uses
-// one pooled session for a moment. Safe for concurrent use.
+// one pooled session for a moment. Getting the session and each statement
+// are bounded by OpTimeout as well as by ctx, so that a database that
+// accepts and never answers fails Setup even under a ctx without a
+// deadline; a session cut off that way is closed, not pooled. Safe for
+// concurrent use.
 func (l *Locker) Setup(ctx context.Context) error {
 	if l.isClosed() {
 		return fmt.Errorf("sqllock: setup: %w", dlock.ErrClosed)
 	}
-	c, err := l.db.Conn(ctx)
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.opTimeout)
+	c, err := l.db.Conn(cctx)
+	cancel()
 	if err != nil {
-		return fmt.Errorf("sqllock: setup: %w", err)
+		return fmt.Errorf("sqllock: setup: get session: %w", err)
 	}
-	defer c.Close()
-	return l.setup(ctx, c)
+	if err := l.setup(ctx, c); err != nil {
+		// It may have been cut off mid-statement: never pool it.
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		_ = c.Close()
+		return err
+	}
+	return c.Close()
 }
 
-// setup creates the fence table unless an earlier call did.
+// setup creates the fence table unless an earlier call did; each statement
+// is bounded by OpTimeout.
 func (l *Locker) setup(ctx context.Context, c *sql.Conn) error {
 	if l.ready.Load() {
 		return nil
 	}
 	t := l.cfg.fenceTable
-	if err := createOrFind(ctx, c, l.d.createTable(t), l.d.probeTable(t)); err != nil {
+	if err := createOrFind(ctx, c, l.cfg.opTimeout, l.d.createTable(t), l.d.probeTable(t)); err != nil {
 		return fmt.Errorf("sqllock: create fence table %s: %w", t, err)
 	}
 	l.ready.Store(true)
@@ -135,13 +147,23 @@ type execer interface {
 // fails, probe (a SELECT of no row from the table): two sessions creating
 // the table at once can fail (PostgreSQL) although the table then exists,
 // and so does a user without CREATE whose DBA made the table. It returns
-// create's error when the table is not there either.
-func createOrFind(ctx context.Context, db execer, create, probe string) error {
-	_, err := db.ExecContext(ctx, create)
+// create's error when the table is not there either. Each statement is
+// bounded by timeout (OpTimeout) as well as by ctx.
+func createOrFind(ctx context.Context, db execer, timeout time.Duration, create, probe string) error {
+	exec := func(q string) error {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := db.ExecContext(sctx, q)
+		return err
+	}
+	err := exec(create)
 	if err == nil {
 		return nil
 	}
-	if _, perr := db.ExecContext(ctx, probe); perr != nil {
+	if ctx.Err() != nil {
+		return err // ctx is over: the probe could only fail too
+	}
+	if perr := exec(probe); perr != nil {
 		return err
 	}
 	return nil

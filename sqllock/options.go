@@ -79,12 +79,13 @@ func CheckInterval(d time.Duration) Option {
 	}
 }
 
-// OpTimeout bounds every statement that does not wait for a lock: reading
-// the session id, the fencing token, the hold check, the release, and the
-// KILL or pg_terminate_backend of an abandoned session, and the Redis
-// witness's statements (SawRedis, OthersSawRedis). A lock wait is
-// bounded by its wait time plus OpTimeout. Default DefaultOpTimeout; at
-// least 10ms.
+// OpTimeout bounds every statement that does not wait for a lock: creating
+// the fence table (Setup, or the first lock), reading the session id, the
+// fencing token, the hold check, the release, and the KILL or
+// pg_terminate_backend of an abandoned session, and the Redis witness's
+// statements (SawRedis, OthersSawRedis); it also bounds Setup's wait for a
+// session. A lock wait is bounded by its wait time plus OpTimeout. Default
+// DefaultOpTimeout; at least 10ms.
 func OpTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 10*time.Millisecond {

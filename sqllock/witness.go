@@ -74,7 +74,7 @@ func (l *Locker) witnessTable(ctx context.Context) error {
 	default:
 		q = "CREATE TABLE IF NOT EXISTS " + WitnessTable + " (client_key TEXT PRIMARY KEY, seen_us BIGINT NOT NULL)"
 	}
-	if err := createOrFind(ctx, l.db, q, "SELECT client_key, seen_us FROM "+WitnessTable+" WHERE 1 = 0"); err != nil {
+	if err := createOrFind(ctx, l.db, l.cfg.opTimeout, q, "SELECT client_key, seen_us FROM "+WitnessTable+" WHERE 1 = 0"); err != nil {
 		return fmt.Errorf("sqllock: witness table: %w", err)
 	}
 	l.witnessReady.Store(true)
