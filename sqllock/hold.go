@@ -36,6 +36,31 @@ type Hold struct {
 	ended bool
 	lost  error
 	onEnd []func(error)
+	// calls counts the WithLock calls inside a hold that WithLock took:
+	// the one that took it and its re-entries. The last to leave releases
+	// it; at 0 no call may re-enter (it is being, or was, released).
+	calls int
+}
+
+// enter counts one more WithLock call inside the hold; false when none is
+// left inside (the hold is being or was released) or it ended.
+func (h *Hold) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.calls == 0 || h.ended {
+		return false
+	}
+	h.calls++
+	return true
+}
+
+// leave counts a WithLock call out of the hold; it reports whether it was
+// the last one, which must release the hold.
+func (h *Hold) leave() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls--
+	return h.calls == 0
 }
 
 // Name returns the lock name. Safe for concurrent use.

@@ -38,11 +38,13 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 // cause wrapping dlock.ErrLockLost, as soon as the hold is lost (session
 // killed, connection dead, lease over, Close).
 //
-// The lock is always released when fn returns or panics, even if ctx is
-// cancelled by then (the release uses a context detached from ctx, bounded
-// by OpTimeout). WithLock returns fn's error untouched; when fn returned
-// nil, the release's error (wrapping dlock.ErrLockLost if the hold was lost
-// meanwhile). When the lock was not taken it returns Acquire's error: an
+// The lock is always released when fn returns or panics (or, when calls
+// re-entered it, when the last of them returns; see Reentry), even if ctx
+// is cancelled by then (the release uses a context detached from ctx,
+// bounded by OpTimeout). WithLock returns fn's error untouched; when fn
+// returned nil, the release's error (wrapping dlock.ErrLockLost if the hold
+// was lost meanwhile; a call that leaves others inside returns the loss, or
+// nil). When the lock was not taken it returns Acquire's error: an
 // error wrapping dlock.ErrWaitTimeout when the wait ran out, ctx's error
 // when ctx ended first (promptly, whatever the database does),
 // ErrTooManySessions, dlock.ErrInvalidArgument (also for a nil fn) or
@@ -51,9 +53,16 @@ func (l *Locker) heldIn(ctx context.Context, name string) *Hold {
 // Reentry: a call whose ctx descends from fn's context of a hold of the
 // same name by the same Locker runs fn at once within that hold (a read
 // hold refuses a nested exclusive call with dlock.ErrUpgrade; a hold that
-// was released, its context having outlived its WithLock, gives
-// dlock.ErrNotHeld, and a lost one its loss). Another Locker, or a context that does not descend from the hold, waits like any
-// other caller.
+// was released, its context having outlived its WithLock and every call
+// nested in it, gives dlock.ErrNotHeld, and a lost one its loss). Another
+// Locker, or a context that does not descend from the hold, waits like any
+// other caller. Re-entries count, as in the Redis tier: the hold lasts
+// until the last call inside it returns. A nested call still running when
+// its outer WithLock returns (on a goroutine fn started) keeps the lock
+// held, and its session pinned, until it returns itself; the outer call
+// returns at once without releasing, and the nested call's context, which
+// descends from the outer fn's, is cancelled then (context.Canceled): it
+// should wind up, but nobody else gets the lock before it has.
 //
 // Tier order: the new token is greater than the options' dlock.TokenFloor
 // (at most MaxTokenFloor) and, when ctx carries a dlock.Grant of the same
@@ -92,13 +101,16 @@ func (l *Locker) Run(ctx context.Context, set dlock.FallbackRequest, fn func(con
 		if lost := outer.Err(); lost != nil {
 			return lost
 		}
-		select {
-		case <-outer.Done():
-			// A context that outlived its WithLock: its hold was released,
-			// and another session may hold the lock now.
+		if !outer.enter() {
+			if lost := outer.Err(); lost != nil {
+				return lost // lost since the check above
+			}
+			// A context that outlived its WithLock (and every call
+			// nested in it): its hold was released, and another session
+			// may hold the lock now.
 			return fmt.Errorf("sqllock: %q: %w: the context's hold has been released", name, dlock.ErrNotHeld)
-		default:
 		}
+		defer l.leave(ctx, outer, &err)
 		return fn(ctx)
 	}
 	floor := set.TokenFloor // dlock.TokenFloor: the Redis tier's last token
@@ -121,13 +133,28 @@ func (l *Locker) Run(ctx context.Context, set dlock.FallbackRequest, fn func(con
 			cancel(cause)
 		}
 	})
+	h.calls = 1 // before fn, the only way to re-enter, has fctx
 	// Deferred, so that a panic in fn does not leave the session pinned.
-	defer func() {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
-		defer rcancel()
-		if rerr := h.Release(rctx); err == nil {
-			err = rerr
-		}
-	}()
+	defer l.leave(ctx, h, &err)
 	return fn(fctx)
+}
+
+// leave counts a WithLock call out of h. The last call out releases it,
+// whatever ctx says (detached, bounded by OpTimeout), and *err, when nil,
+// becomes the release's error. A call that leaves others inside (a nested
+// call still running on a goroutine fn started) leaves the lock held for
+// them, as a Redis hold's count does; *err, when nil, becomes the hold's
+// loss if it was lost.
+func (l *Locker) leave(ctx context.Context, h *Hold, err *error) {
+	if !h.leave() {
+		if *err == nil {
+			*err = h.Err()
+		}
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	defer rcancel()
+	if rerr := h.Release(rctx); *err == nil {
+		*err = rerr
+	}
 }
