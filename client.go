@@ -22,7 +22,8 @@ type Client struct {
 }
 
 // New returns a Client that locks through rdb (a *redis.Client, a Sentinel
-// failover client or a *redis.ClusterClient). It makes no network call; rdb
+// failover client or a *redis.ClusterClient; a *redis.Ring is refused with
+// ErrInvalidArgument). It makes no network call; rdb
 // stays owned by the caller and is not closed by Close. Over a plain
 // *redis.Client, a call made while few callers are active (fewer than four
 // calls in flight, and lately) goes out on one of up to four connections of
@@ -31,6 +32,13 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		// A Ring spreads keys and channels over servers that know nothing
+		// of each other: one renewal call would carry keys of several
+		// shards, and a release's message would reach only the
+		// subscribers of its own shard.
+		return nil, fmt.Errorf("%w: a *redis.Ring is not supported: use a *redis.Client, a Sentinel failover client or a *redis.ClusterClient", ErrInvalidArgument)
 	}
 	cfg := defaultConfig()
 	for i, o := range opts {

@@ -67,6 +67,16 @@ func TestBadOptions(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("New(nil) = %v", err)
 	}
+	// A Ring was accepted, and its Client's first Lock panicked in
+	// go-redis (Ring.Subscribe of no channel).
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if c, err := New(ring); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New(ring) = %v, want ErrInvalidArgument", err)
+		if c != nil {
+			_ = c.Close()
+		}
+	}
 	for i, o := range []Option{nil, WithWatchdogTimeout(time.Millisecond), WithWatchdogTimeout(-1), WithLogger(nil),
 		WithObserver(nil), WithClientID(""), WithClientID("a:b"), WithClientID("a b"), WithClientID("a\x7f"), WithClientID("a\u009b2J"),
 		WithClientID("a\xff"), WithClientID("a\x1b]0;x\a"), WithHandoffClaim(0), WithCloseTimeout(0)} {
