@@ -39,29 +39,45 @@
 // # Handles are name lookups
 //
 // Client.Mutex(name) returns the Client's handle on name: the same *Mutex
-// every time (FairMutex and RWMutex likewise, one handle per kind and name).
-// Ask for it wherever it is needed, as Redisson code calls getLock(name):
-// c.Mutex("h1").Lock(ctx) in one function and c.Mutex("h1").Unlock(ctx) in
-// another take and release one hold. Goroutines that lock one name through
-// one Client wait for each other at that handle, in arrival order, and one
-// at a time in Redis. When a Mutex or FairMutex hold ends by Unlock while
-// another goroutine waits at its handle, the release passes the hold to
-// that goroutine in the same script (its own field, its TTL, a new token),
-// and the waiter sends nothing: one script per hand-over instead of a
-// release and an acquisition. A Mutex's pass also takes the fencing tokens
-// of the passes that may follow, so those run no script: after one HEXISTS
-// that tells the releaser whether Redis still had its hold, the one Redis
-// hold (its field, its TTL and how long it is certain, its renewal) goes
-// on from goroutine to goroutine, each with a larger token than the
-// last and than any earlier holder's elsewhere, and a holder elsewhere
-// after them gets a larger one still. A hold with a fixed lease is passed
-// in Redis only. A Mutex passes at most 16 times in a row and then
-// releases through Redis' queue, so that other processes get their turn;
-// a FairMutex passes only while no other process queues, so its order
-// across processes holds. Two Clients are two owners, and so are a Mutex and a
-// FairMutex of one name. The Client refers to its handles weakly: one that
-// nothing refers to any more (no variable, no hold, no waiter) is
-// collected, so looking up millions of names keeps only those in use.
+// every time, for as long as anything refers to it (FairMutex and RWMutex
+// likewise, one handle per kind and name). Ask for it wherever it is needed,
+// as Redisson code calls getLock(name): c.Mutex("h1").Lock(ctx) in one
+// function and c.Mutex("h1").Unlock(ctx) in another take and release one
+// hold. Goroutines that lock one name through one Client therefore share one
+// handle and wait for each other at it, as at a sync.Mutex (an RWMutex's
+// readers share it, as a sync.RWMutex's do), in arrival order, and one at a
+// time in Redis. Two Clients are two owners, and so are a Mutex and a
+// FairMutex of one name. The Client refers to its handles
+// weakly: one that nothing refers to any more (no variable, no hold, no
+// waiter) is collected, so looking up millions of names keeps only those in
+// use, and the next lookup of that name makes a new handle in the same state
+// (no hold, no waiter).
+//
+// Client.Election, Client.Semaphore, Client.CountDownLatch and
+// Client.MultiLock are not lookups: each call returns a new handle. For a
+// Semaphore (whose holds are its Permits), a latch (which has no holder) and a
+// MultiLock (whose members are looked up) that makes no difference. For an
+// Election it does: Resign, and Proclaim without a leadership context, act on
+// the term won through that very handle, and Resign through another handle of
+// the same name returns ErrNotHeld, even with the term's context. Keep the
+// handle that campaigned. (Two Election handles of one name on one Client
+// share the election's lock handle, so their Campaigns wait for each other in
+// the process.)
+//
+// When a Mutex or FairMutex hold ends by Unlock while another goroutine waits
+// at its handle, the release passes the hold to that goroutine in the same
+// script (its own field, its TTL, a new token), and the waiter sends nothing:
+// one script per hand-over instead of a release and an acquisition. A
+// Mutex's pass also takes the fencing tokens of the passes that may follow,
+// so those run no script: after one HEXISTS that tells the releaser whether
+// Redis still had its hold, the one Redis hold (its field, its TTL and how
+// long it is certain, its renewal) goes on from goroutine to goroutine, each
+// with a larger token than the last and than any earlier holder's
+// elsewhere, and a holder elsewhere after them gets a larger one still. A
+// hold with a fixed lease is passed in Redis only. A Mutex passes at most 16
+// times in a row and then releases through Redis' queue, so that other
+// processes get their turn; a FairMutex passes only while no other process
+// queues, so its order across processes holds.
 //
 // Which hold an Unlock (RUnlock, Extend, HoldCount) with a context that
 // carries no hold of the name means: the Client's one hold of the name and
@@ -122,7 +138,9 @@
 //   - CountDownLatch: a count across processes (Redisson's RCountDownLatch)
 //     that Wait waits out; the last CountDown wakes every waiter by an event.
 //   - SyncLocker: a sync.Locker over any Locker, for code that needs one.
-//   - Client.Locks: every lock, election and semaphore in a Redis, by SCAN.
+//   - Client.Locks: every lock, election, semaphore and latch in use in a
+//     Redis, by SCAN; Client.Inspect: one lock's holders, TTL, token and
+//     waiters.
 //
 // # How it works
 //
@@ -131,13 +149,17 @@
 // layout Redisson uses, so Java and Go services can share a lock by name.
 // Without a lease, the TTL is the watchdog timeout (30s by default) and one
 // goroutine per Client renews every held lock every third of it, many locks
-// per script call. A process that wants a taken lock subscribes (once per
-// Client) to its hand-off channel and queues itself in dlock:queue:{name};
-// the holder's release passes the lock straight to the first queued waiter
-// and wakes only that waiter's process, whose next attempt finds the lock
-// its own and gives it the full TTL. Releases with nobody queued publish
-// Redisson's "0" on redisson_lock__channel:{name}, which dlock waiters also
-// listen to, so releases by Redisson wake them too.
+// per script call. A process that wants a taken lock queues itself in
+// dlock:queue:{name} in the same script call, and the holder's release
+// hands the lock straight to the first queued waiter and to nobody else:
+// the waiter keeps a blocking pop (BLPOP) of a key of its own in flight, and
+// the release fills that key, so the pop's reply is the grant (see "Whom it
+// trusts"). A waiter without a pop in flight (beyond the Client's share of
+// the connection pool, or where BLPOP is refused) is woken by a message on
+// its Client's channel instead, and its next attempt finds the lock its own.
+// Releases with nobody queued publish Redisson's "0" on
+// redisson_lock__channel:{name}, which dlock waiters also listen to, so
+// releases by Redisson wake them too.
 //
 // # What is guaranteed
 //
@@ -156,7 +178,13 @@
 // tells every holder of its client (as a loss wrapping ErrClosed) before it
 // releases their locks. The reasons a hold is lost are told apart with
 // errors.Is: ErrUnconfirmed (Redis did not confirm in time), ErrTakenOver,
-// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed and ErrLeaseEnded.
+// ErrForced, ErrDataLost, ErrRenewRefused, ErrClosed, ErrLeaseEnded,
+// ErrMaxHold and ErrReleaseFailed.
+//
+// dlock computes no SHA-1 (Redis names a cached script by the SHA1 of its
+// source, and dlock asks Redis for it), so a program that imports it starts
+// and locks under GODEBUG=fips140=only, where crypto/sha1 panics;
+// TestFIPS140Only checks it ("make test-fips" runs it alone).
 //
 // The same holds for elections and semaphores. An election has at most one
 // leader at a time (its lock's holder), and a leader's context is cancelled
