@@ -48,7 +48,7 @@
 //
 // # Minimum version: Redis 6.2
 //
-// dlock's scripts (scripts/*.lua) use two command options added in Redis
+// dlock's scripts (internal/kind/*.lua) use two command options added in Redis
 // 6.2.0: SET ... GET, with which a new fencing sequence is started above
 // any value left in the counter (lib.lua), and ZADD ... GT, with which the
 // watchdog and the read-write lock extend a member's deadline without ever

@@ -31,8 +31,8 @@ const (
 	NameEviction    = "eviction"
 	NamePersistence = "persistence"
 	NameReplicas    = "replicas"
-	NameCluster     = "cluster"
 	NameListing     = "listing"
+	NameCluster     = "cluster"
 )
 
 // MaxNamespace is the longest namespace Options accepts, in bytes.
@@ -59,7 +59,8 @@ var (
 	ErrInvalidArgument = errors.New("doctor: invalid argument")
 )
 
-// Status is the outcome of one check. The zero value is OK.
+// Status is the outcome of one check. The zero value is OK. A Status is a
+// plain value; safe to copy and share.
 type Status int
 
 const (
@@ -108,8 +109,11 @@ func (s *Status) UnmarshalText(b []byte) error {
 // constants), its Status and a one-line Detail saying what was found and
 // why it matters. A plain value; safe to copy and to share read-only.
 type Result struct {
-	Name   string `json:"name"`
+	// Name is the check's name, one of the Name constants ("version", ...).
+	Name string `json:"name"`
+	// Status is the check's outcome: OK, Warn or Fail.
 	Status Status `json:"status"`
+	// Detail is one line: what was found, and why it matters.
 	Detail string `json:"detail"`
 }
 
@@ -117,6 +121,9 @@ type Result struct {
 // plain value: safe for concurrent reads, not for a write concurrent with
 // anything else.
 type Report struct {
+	// Checks holds one Result per check run, in the order the package doc
+	// lists them (cluster only on a Cluster, listing only under a
+	// namespace).
 	Checks []Result `json:"checks"`
 }
 
