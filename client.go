@@ -77,7 +77,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// ID returns the client id that prefixes this client's owner fields.
+// ID returns the client id that prefixes this client's owner fields
+// (WithClientID, or New's default). Safe for concurrent use.
 func (c *Client) ID() string { return c.cfg.ClientID }
 
 // Close stops the watchdog, wakes every waiter with ErrClosed, tells every

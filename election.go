@@ -59,8 +59,12 @@ type leadership struct {
 	cancel context.CancelCauseFunc
 }
 
-// Election returns a handle on the election name. An invalid name is
-// reported by the handle's first method call.
+// Election returns a new handle on the election name. It is not a lookup,
+// unlike Client.Mutex: Resign, and Proclaim without a leadership context,
+// act on the term won through the handle they are called on, so keep the
+// handle that campaigned (see "Handles are name lookups" in the package
+// doc). An invalid name is reported by the handle's first method call. Safe
+// for concurrent use.
 func (c *Client) Election(name string) *Election {
 	e := &Election{c: c, name: name}
 	if err := keys.Validate(name); err != nil {

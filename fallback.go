@@ -39,10 +39,14 @@ type Fallback interface {
 // *TwoStepCircuitBreaker satisfies it. A Breaker must be safe for
 // concurrent use.
 type Breaker interface {
+	// Allow reports whether a call may try Redis now: a non-nil error
+	// while the circuit is open, else a done func to call once with the
+	// call's Redis failure (nil when Redis worked).
 	Allow() (done func(err error), err error)
 }
 
-// FallbackOption configures WithFallback.
+// FallbackOption configures WithFallback. Options are plain function values:
+// one may be given to several Clients, concurrently.
 type FallbackOption func(*fallbackConfig) error
 
 type fallbackConfig struct {
@@ -115,7 +119,8 @@ func FallbackStrict() FallbackOption {
 }
 
 // RedisWitness is what FallbackStrict needs of a Fallback: a record, shared
-// by every Client, of when each last reached Redis.
+// by every Client, of when each last reached Redis. Its methods are called
+// from any goroutine of any Client: they must be safe for concurrent use.
 type RedisWitness interface {
 	// SawRedis records that client reached Redis at the database's now.
 	SawRedis(ctx context.Context, client string) error

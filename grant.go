@@ -6,8 +6,8 @@ import (
 	"github.com/dlock-dev/dlock/internal/lease"
 )
 
-// BackendRedis names the Redis tier in a Grant's Backend; a Fallback names
-// its own ("mysql", "postgres").
+// BackendRedis, "redis", names the Redis tier in a Grant's Backend; a
+// Fallback names its own ("mysql", "postgres").
 const BackendRedis = lease.BackendRedis
 
 // Grant describes the hold a context carries: the context WithLock passes to

@@ -7,15 +7,16 @@ import (
 	"github.com/dlock-dev/dlock/internal/kind"
 )
 
-// The types of LockInfo.
+// The types of LockInfo: the strings "lock", "election", "semaphore" and
+// "latch", as dlock inspect --json prints them.
 const (
-	TypeLock      = kind.TypeLock      // a Mutex, FairMutex or RWMutex name
-	TypeElection  = kind.TypeElection  // an Election
-	TypeSemaphore = kind.TypeSemaphore // a Semaphore
-	TypeLatch     = kind.TypeLatch     // a CountDownLatch dlock armed (Locks only)
+	TypeLock      = kind.TypeLock      // "lock": a Mutex, FairMutex or RWMutex name
+	TypeElection  = kind.TypeElection  // "election": an Election
+	TypeSemaphore = kind.TypeSemaphore // "semaphore": a Semaphore
+	TypeLatch     = kind.TypeLatch     // "latch": a CountDownLatch dlock armed (Locks only)
 )
 
-// MaxWaitersListed is how many waiters a LockInfo lists at most (the
+// MaxWaitersListed is how many waiters a LockInfo lists at most, 100 (the
 // first ones; MoreWaiters counts the rest): reading a queue costs Redis
 // time in proportion to what it returns, and a queue may be made long by
 // anyone allowed to write to it.
@@ -115,7 +116,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 // taken, latches armed. dlock's own keys beside them (fencing counters,
 // queues, records of long holds) are never listed as names;
 // LocksWithHistory adds the names used lately. It finds them with SCAN in
-// pages of discover.ScanCount (never KEYS), one HRANDFIELD per hash
+// pages of COUNT 1000 (never KEYS), one HRANDFIELD per hash
 // (pipelined per page) to tell lock hashes from other hashes, and then
 // reads each one in
 // one MULTI, as Inspect does; it changes nothing. The result is sorted by

@@ -32,8 +32,10 @@ import (
 // name.
 type CountDownLatch struct{ p kind.Latch }
 
-// CountDownLatch returns a handle on the latch name. A bad name is reported
-// (ErrInvalidArgument) by every method.
+// CountDownLatch returns a new handle on the latch name (not a lookup: the
+// latch's state is all in Redis, so any handle of the name will do). A bad
+// name is reported (ErrInvalidArgument) by every method. Safe for
+// concurrent use.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{}
 	l.p.Init(c.e, name)

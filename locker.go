@@ -13,16 +13,22 @@ import (
 // watchdog mode, (false, nil) is a wait that ran out. Every Locker is safe
 // for concurrent use.
 type Locker interface {
+	// TryLock tries to take the lock, waiting up to wait: (true, nil) once
+	// held, (false, nil) when the wait ran out. See Mutex.TryLock.
 	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+	// Lock takes the lock in watchdog mode, waiting until it is held or
+	// ctx is done. See Mutex.Lock.
 	Lock(ctx context.Context) error
+	// Unlock releases one hold. See Mutex.Unlock.
 	Unlock(ctx context.Context) error
 }
 
 // Member is a named lock a MultiLock can take: *Mutex, *FairMutex,
 // *RWMutex (its write side) and RWMutex.RLocker() (its read side). Only dlock
-// implements it.
+// implements it. Every Member is safe for concurrent use.
 type Member interface {
 	Locker
+	// Name returns the lock's name, without the Client's namespace.
 	Name() string
 	member() *lease.Handle
 }

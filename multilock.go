@@ -26,7 +26,7 @@ import (
 //     TryLock or Lock returns; it never returns holding some of them.
 //   - One wait budget: TryLock's wait covers the whole acquisition; each
 //     member gets what is left of it (at least one attempt each). Giving
-//     back what it took after a failure adds at most rollbackGrace (100ms);
+//     back what it took after a failure adds at most 100ms;
 //     a release not confirmed by then goes on in the background.
 //   - No cross-slot script: each member is taken by its own script call, so
 //     members may live in different Redis Cluster slots.
@@ -38,7 +38,9 @@ import (
 // sorted order; it is not all-at-once atomic: another process may see some
 // members held for a moment before this one gives them back.
 //
-// MultiLock keeps no Redis state of its own.
+// MultiLock keeps no Redis state of its own, and no state beyond its members:
+// a MultiLock is safe for concurrent use, and goroutines sharing one wait for
+// each other at its members' handles (see Mutex).
 type MultiLock struct {
 	c       *Client
 	name    string // the members' names, sorted, joined by ","
@@ -50,7 +52,8 @@ type MultiLock struct {
 // order. Each member must be a lock handle of this or another Client, with a
 // distinct name and Redis key. Bad members (none, nil, an invalid or
 // repeated name, a repeated key) are reported with ErrInvalidArgument by
-// the first call, before any network call.
+// the first call, before any network call. Each call returns a new
+// MultiLock; its members are the handles given. Safe for concurrent use.
 func (c *Client) MultiLock(locks ...Member) *MultiLock {
 	ml := &MultiLock{c: c}
 	if len(locks) == 0 {

@@ -11,7 +11,8 @@ import (
 	"github.com/dlock-dev/dlock/internal/lease"
 )
 
-// Option configures a Client. Options are applied by New in order.
+// Option configures a Client. Options are applied by New in order. They are
+// plain function values: one may be given to several Clients, concurrently.
 type Option func(*config) error
 
 // config is the engine's configuration and what only the public face uses.
@@ -76,7 +77,8 @@ func WithLongHoldAlert(d time.Duration) Option {
 }
 
 // ShardedMode says whether a Client's pub/sub is sharded (SSUBSCRIBE and
-// SPUBLISH, Redis 7.0+), like Redisson's shardedSubscriptionMode.
+// SPUBLISH, Redis 7.0+), like Redisson's shardedSubscriptionMode. A
+// ShardedMode is a plain value; safe to copy and share.
 type ShardedMode int
 
 // The sharded pub/sub modes: ShardedAuto (the default) is sharded on a
@@ -184,8 +186,8 @@ func WithObserver(o Observer) Option {
 // WithClientID sets the id that prefixes this client's owner fields
 // ("<id>:<owner>") in the lock hash. Default: "<host>/<pid>/<random>", which
 // ParseClientID reads back for operators. Two live clients must never share
-// an id. It must be valid UTF-8 without spaces, ':' or control characters
-// (C0, DEL, C1): operators' tools print it.
+// an id. It must be 1 to 128 bytes of valid UTF-8 without spaces, ':' or
+// control characters (C0, DEL, C1): operators' tools print it.
 func WithClientID(id string) Option {
 	return func(c *config) error {
 		if id == "" || len(id) > 128 || !utf8.ValidString(id) {

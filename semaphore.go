@@ -66,7 +66,9 @@ const maxPermits = 1 << 52
 // Semaphore returns a handle on the semaphore name; permits is the size a
 // semaphore that does not exist yet gets (see Semaphore). A bad name or a
 // number below one or above 2^52 is reported (ErrInvalidArgument) by every
-// call.
+// call. Each call returns a new handle (not a lookup): a permit is the
+// Permit that Acquire returned, whichever handle acquired it. Safe for
+// concurrent use.
 func (c *Client) Semaphore(name string, permits int) *Semaphore {
 	s := &Semaphore{}
 	if permits <= 0 || int64(permits) > maxPermits {

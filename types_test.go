@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,8 +44,9 @@ func rootFiles(t *testing.T) (*token.FileSet, []*ast.File) {
 // Issue 32, item 3: go doc shows the public types with their fields. No
 // exported type of the root package is an alias of a type of an internal
 // package (go doc shows an alias as a bare line, without fields), every
-// exported type, function and method has a doc comment, and every exported
-// field of an exported struct has a comment of its own.
+// exported type, function and method (an interface's too) has a doc
+// comment, every exported type's states its concurrency contract, and every
+// exported field of an exported struct has a comment of its own.
 func TestPublicTypesAreNotAliases(t *testing.T) {
 	fset, files := rootFiles(t)
 	for _, f := range files {
@@ -98,6 +100,18 @@ func TestPublicTypesAreNotAliases(t *testing.T) {
 		for _, f := range append(ty.Funcs, ty.Methods...) {
 			undocumented(ty.Name+"."+f.Name, f.Doc)
 		}
+		if !contract.MatchString(ty.Doc) {
+			t.Errorf("type %s's doc comment does not state its concurrency contract", ty.Name)
+		}
+		if it, ok := ty.Decl.Specs[0].(*ast.TypeSpec).Type.(*ast.InterfaceType); ok {
+			for _, m := range it.Methods.List {
+				for _, n := range m.Names {
+					if n.IsExported() && m.Doc == nil && m.Comment == nil {
+						t.Errorf("method %s.%s has no comment", ty.Name, n.Name)
+					}
+				}
+			}
+		}
 		st, ok := ty.Decl.Specs[0].(*ast.TypeSpec).Type.(*ast.StructType)
 		if !ok {
 			continue
@@ -108,6 +122,24 @@ func TestPublicTypesAreNotAliases(t *testing.T) {
 					t.Errorf("field %s.%s has no comment", ty.Name, n.Name)
 				}
 			}
+		}
+	}
+}
+
+// contract matches a type's doc comment that states its concurrency
+// contract, as the sync package's types do: safe for concurrent use, or a
+// plain value safe to copy and share.
+var contract = regexp.MustCompile(`(?i)concurren|safe\s+to\s+copy|immutable`)
+
+// The constants whose values the doc comments spell out, because go doc
+// shows them only as the internal constants they stand for.
+func TestDocumentedConstantValues(t *testing.T) {
+	for got, want := range map[string]string{
+		TypeLock: "lock", TypeElection: "election", TypeSemaphore: "semaphore", TypeLatch: "latch",
+		BackendRedis: "redis", strconv.Itoa(MaxWaitersListed): "100",
+	} {
+		if got != want {
+			t.Errorf("a documented constant is %q, its doc comment says %q", got, want)
 		}
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/dlock-dev/dlock/internal/tier"
 )
 
-// LockOption configures WithLock.
+// LockOption configures WithLock (and RequestFor, and sqllock's WithLock).
+// Options are plain function values: one may be reused for any number of
+// calls, concurrently.
 type LockOption func(*lockConfig) error
 
 // lockConfig is what LockOptions set: the request a WithLock call makes.
