@@ -26,6 +26,27 @@
 // (dlock.ErrLockLost), sets status Error.
 //
 // Fencing tokens and owner ids are never recorded.
+//
+// # What is guaranteed, and what is not
+//
+// Guaranteed: every acquisition and every Unlock a Client reports to its
+// observers ends its span exactly once (dlock calls the outcome function
+// once); spans are children of the span in the caller's ctx; recording a
+// span never calls Redis and never blocks the lock call beyond the tracer's
+// own work. The Observer is safe for concurrent use by any number of
+// Clients.
+//
+// Not guaranteed: a hold's life between its acquire and release spans is not
+// a span, and a hold lost while held (dlock.ErrLockLost, seen by the holder
+// through Done or its context) makes no span of its own: the release span of
+// that hold carries the loss. Watchdog renewals, fallbacks, the breaker and
+// count-down latches make no spans (dlockprom counts them). The Redis
+// commands behind a span are not its children unless the go-redis client is
+// instrumented itself, and even then a call dlock sends on a connection of
+// its own (dlock.New explains when) is not seen by go-redis's hooks: use
+// dlock.WithOwnConnection(false) when every command must show in the trace.
+// dlock.name is the lock name as given, which may be high in cardinality or
+// confidential: it is recorded on every span.
 package dlockotel
 
 import (

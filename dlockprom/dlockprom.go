@@ -11,8 +11,8 @@
 //
 // # Metrics
 //
-// Every metric except the renewal, semaphore-permit and latch ones carries
-// the label kind, the lock type: "mutex", "fair", "read", "write", "multi",
+// Every metric except the renewal, fallback-tier, semaphore-permit and latch
+// ones carries the label kind, the lock type: "mutex", "fair", "read", "write", "multi",
 // "semaphore" (dlock.Kind). Lock names are never labels: a service may use
 // millions of names, and each would be a time series.
 //
@@ -24,6 +24,8 @@
 //	dlock_hold_duration_seconds{kind}     histogram: time from grant to final release
 //	dlock_held{kind}                      gauge: holds currently held through observed Clients
 //	dlock_lost_total{kind}                holds that ended without Unlock (lost)
+//	dlock_max_hold_exceeded_total{kind}   of those, the ones ended by their MaxHold (dlock.MaxHold, dlock.WithMaxHold)
+//	dlock_long_holds_total{kind}          holds renewed past dlock.WithLongHoldAlert's threshold, once each
 //	dlock_renewals_total                  locks carried by watchdog renewal calls
 //	dlock_renewal_failures_total          of those, locks whose renewal call failed
 //
@@ -62,6 +64,25 @@
 // reason} the calls that turned to the fallback by the class of Redis
 // failure (dlock.FallbackReason), and dlock_breaker_state the breaker (0
 // closed, 1 half-open, 2 open).
+//
+// # What is guaranteed, and what is not
+//
+// Guaranteed: New registers on the Registerer it is given and nowhere else,
+// and registers nothing when it fails. Every label has a fixed, small set of
+// values (kind, backend, reason, op): no lock name, owner or token becomes a
+// label or a value. attempts = acquired + timeouts + errors per kind, at
+// every scrape once the acquisitions under way have ended. The methods never
+// call Redis and never block but on the metrics' own updates; a *Metrics is
+// safe for concurrent use by any number of Clients.
+//
+// Not guaranteed: the metrics are this process's view, through the Clients
+// that use this *Metrics: they do not show other processes' holds or what
+// Redis holds now (dlock inspect and dlock dashboard read Redis). dlock_held
+// counts Redis-tier holds only (a fallback grant counts in
+// dlock_acquired_total and dlock_backend_grants_total, not in dlock_held),
+// and drops a lost hold when its holder learns of the loss (the dlock
+// package doc says when). dlock_semaphore_permits_held keeps
+// a lost permit until its Release. Re-entries are not counted anywhere.
 package dlockprom
 
 import (
