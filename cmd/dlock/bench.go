@@ -44,7 +44,8 @@ needs one Redis server (not a Sentinel or Cluster URL).
 server_commands and server_commands_per_grant are -1 when the server
 refused INFO commandstats.
 
-Exit codes: 0 done, 2 bad flags, 69 Redis unreachable, 1 other failures
+Exit codes: 0 done, 2 bad flags, 69 Redis unreachable, 77 Redis refused
+the first PING (a wrong password, an ACL denial), 1 other failures
 (including two holders at once, which would be a bug).`,
 		Example: `  dlock bench
   dlock bench -w 100 -k 20 -l 0
@@ -94,7 +95,7 @@ Exit codes: 0 done, 2 bad flags, 69 Redis unreachable, 1 other failures
 	fl.IntVarP(&cfg.Workers, "workers", "w", 16, "goroutines, each with its own Client (W)")
 	fl.IntVarP(&cfg.Grants, "grants", "k", 100, "grants per worker (K)")
 	fl.DurationVarP(&cfg.Hold, "hold", "l", time.Millisecond, "how long each grant is held (L)")
-	fl.StringVar(&cfg.Name, "name", "", "lock name (default: a fresh dlock:bench:<n>)")
+	fl.StringVar(&cfg.Name, "name", "", "lock name (default: a fresh dlock-bench:<nanoseconds>)")
 	fl.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

@@ -116,7 +116,8 @@ in front of it.
 
 Exit codes: 0 after Ctrl-C or SIGTERM, 2 bad flags, --listen address in
 use, or a --listen beyond loopback without --allow-host, 69 Redis
-unreachable at start.`,
+unreachable at start, 77 Redis refused the first PING (a wrong password,
+an ACL denial).`,
 		Example: `  dlock dashboard
   dlock --redis redis://10.0.0.5:6379 dashboard --listen 127.0.0.1:9000
   dlock dashboard --metrics http://app-1:9464/metrics --interval 5s

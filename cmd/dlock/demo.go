@@ -73,7 +73,11 @@ any other client's traffic meanwhile).
 --json prints one object: {"stock", "issued", "oversold", "requests",
 "rejected", "wait_p50_ms", "wait_p99_ms", "commands_per_issue"}.
 --metrics-addr serves Prometheus metrics (dlockprom) on /metrics while it runs.
-A progress bar is drawn on stderr when it is a terminal.`,
+A progress bar is drawn on stderr when it is a terminal.
+
+Exit codes: 0 done (oversold or not: the report says), 2 bad flags or a
+--metrics-addr that cannot be listened on, 69 Redis unreachable, 77 Redis
+refused the first PING (a wrong password, an ACL denial), 1 other failures.`,
 		Example: `  dlock demo                    # with the lock: never oversells
   dlock demo --no-lock          # without: watch it oversell
   dlock demo --fair             # first come, first served, across servers

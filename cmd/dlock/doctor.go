@@ -68,7 +68,8 @@ and channels under "dlock:", release channels "redisson_lock__channel:{...}".
 
 Exit codes: 0 nothing failed (warnings allowed), 1 a check failed,
 2 bad flags or namespace, 69 Redis unreachable or stopped answering within
---timeout.`,
+--timeout, 77 Redis refused the first PING (a wrong password, an ACL
+denial).`,
 		Example: `  dlock doctor
   dlock --redis redis://svc:pw@redis.internal:6379 doctor --namespace svc
   DLOCK_NAMESPACE=svc dlock doctor --json

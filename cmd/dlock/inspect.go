@@ -119,7 +119,8 @@ semaphore holder has "ttl_ms".
 
 Exit codes: 0 done, 1 a NAME is not a lock (another Redis type), no answer
 within --timeout, or another failure, 2 bad arguments, 69 Redis
-unreachable.`,
+unreachable, 77 Redis refused the first PING (a wrong password, an ACL
+denial).`,
 		Example: `  dlock inspect coupon:issue:42
   dlock inspect --json nightly-report migrate | jq '.[] | select(.locked) | .holders'
   dlock inspect --all --match 'report:*'

@@ -1,11 +1,13 @@
 // Command dlock operates dlock's distributed locks on Redis from the shell:
-// hold a lock while a command runs, look at and break locks, and run the
-// coupon demo and the contention benchmark, and serve a live web view of
-// the locks.
+// hold a lock while a command runs, look at and break locks, check that a
+// Redis can hold locks safely, run the coupon demo and the contention
+// benchmark, and serve a live web view of the locks.
 //
 //	dlock demo                          # the coupon race, on an embedded Redis
 //	dlock run nightly-report -- ./report.sh
 //	dlock inspect coupon:issue:42
+//	dlock inspect --all                 # every lock, election, semaphore, latch in use
+//	dlock doctor                        # can this Redis hold locks safely?
 //	dlock unlock --force coupon:issue:42
 //	dlock bench -w 16 -k 100
 //	dlock dashboard --listen 127.0.0.1:8080
