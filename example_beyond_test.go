@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -188,4 +190,55 @@ func ExampleElection_Proclaim() {
 	fmt.Println("leader:", v)
 	_ = e.Resign(lead)
 	// Output: leader: 10.0.0.5:5432
+}
+
+// SyncLocker adapts a lock to sync.Locker for code that takes one; its
+// errors go to the callback, since sync.Locker's methods return none.
+func ExampleSyncLocker() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	var mu sync.Locker = dlock.SyncLocker(locks.Mutex("example:legacy"), func(err error) {
+		log.Print("example:legacy: ", err) // a retry of Lock, or a failed Unlock
+	})
+	mu.Lock() // retries until held: it never returns without the lock
+	fmt.Println("in the critical section")
+	mu.Unlock()
+	// Output: in the critical section
+}
+
+// Inspect reads a lock's state from Redis for operators and tools (dlock
+// inspect prints the same); it changes nothing.
+func ExampleClient_Inspect() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	m := locks.Mutex("example:inspected")
+	if err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	info, err := locks.Inspect(ctx, "example:inspected")
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := info.Holders[0] // host and process id come from the default client id
+	fmt.Println("locked:", info.Locked, "holders:", len(info.Holders), "this process:", h.PID == os.Getpid(),
+		"token:", info.Token == m.Token())
+	_ = m.Unlock(ctx)
+	info, _ = locks.Inspect(ctx, "example:inspected")
+	fmt.Println("locked:", info.Locked)
+	// Output:
+	// locked: true holders: 1 this process: true token: true
+	// locked: false
 }

@@ -219,3 +219,43 @@ func ExampleMutex_LockContext() {
 	// hold count inside: 2
 	// token was issued: true
 }
+
+// A hold can end without Unlock: here an operator breaks it, as
+// "dlock unlock --force" does. The holder is told, by a message at once or
+// else at its next renewal: Done closes, and Err, the hold's context's cause
+// and Unlock say why.
+func ExampleMutex_ForceUnlock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	// A 3s watchdog timeout renews every second: a holder that missed the
+	// message (its Client was still subscribing) learns within a second.
+	holder, err := dlock.New(rdb, dlock.WithWatchdogTimeout(3*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Close()
+	operator, err := dlock.New(rdb) // another process, in real life
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer operator.Close()
+
+	m := holder.Mutex("example:stuck-job")
+	if err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	wasHeld, err := operator.Mutex("example:stuck-job").ForceUnlock(ctx)
+	fmt.Println("was held:", wasHeld, err)
+
+	<-m.Done() // the holder stops writing here
+	var loss *dlock.LossError
+	if errors.As(m.Err(), &loss) {
+		fmt.Println("lost:", loss.Name, errors.Is(loss, dlock.ErrLockLost), errors.Is(loss, dlock.ErrForced))
+	}
+	fmt.Println("Unlock reports it:", errors.Is(m.Unlock(ctx), dlock.ErrForced))
+	// Output:
+	// was held: true <nil>
+	// lost: example:stuck-job true true
+	// Unlock reports it: true
+}
