@@ -36,8 +36,9 @@ type Fallback interface {
 // an error uncounted, letting the next call probe at once; otherwise it
 // opens the breaker again). The default breaker counts such a call neither
 // way and lets the next caller probe. sony/gobreaker v2's
-// *TwoStepCircuitBreaker satisfies it. A Breaker must be safe for
-// concurrent use.
+// *TwoStepCircuitBreaker[T] satisfies it (v2.4.0, which sqllock's tests
+// use; check the signature of its Allow in another version). A Breaker
+// must be safe for concurrent use.
 type Breaker interface {
 	// Allow reports whether a call may try Redis now: a non-nil error
 	// while the circuit is open, else a done func to call once with the
