@@ -16,6 +16,8 @@ import (
 var redisAddr = func() string { return dlock.SharedRedisAddr() }
 
 func ExampleNew() {
+	// redisAddr() is the private redis-server the Examples run against;
+	// yours is an address such as "localhost:6379".
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
 
