@@ -57,10 +57,10 @@
 // Client.MultiLock are not lookups: each call returns a new handle. For a
 // Semaphore (whose holds are its Permits), a latch (which has no holder) and a
 // MultiLock (whose members are looked up) that makes no difference. For an
-// Election it does: Resign, and Proclaim without a leadership context, act on
-// the term won through that very handle, and Resign through another handle of
-// the same name returns ErrNotHeld, even with the term's context. Keep the
-// handle that campaigned. (Two Election handles of one name on one Client
+// Election it does: without a leadership context, Resign and Proclaim act on
+// the term won through that very handle; with the leadership context Campaign
+// returned, they act on that term through any handle of the name on the same
+// Client. (Two Election handles of one name on one Client
 // share the election's lock handle, so their Campaigns wait for each other in
 // the process.)
 //

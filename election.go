@@ -57,13 +57,21 @@ var errEmptyValue = fmt.Errorf("%w: empty leader value (Observe's \"no leader\")
 type leadership struct {
 	h      *lease.Lease
 	cancel context.CancelCauseFunc
+	e      *Election // the handle that won it
+}
+
+// termKey is the key of a leadership context's term: Resign finds the term
+// from the context through any handle of the election, as Proclaim does.
+type termKey struct {
+	c    *Client
+	name string
 }
 
 // Election returns a new handle on the election name. It is not a lookup,
-// unlike Client.Mutex: Resign, and Proclaim without a leadership context,
-// act on the term won through the handle they are called on, so keep the
-// handle that campaigned (see "Handles are name lookups" in the package
-// doc). An invalid name is reported by the handle's first method call. Safe
+// unlike Client.Mutex: Resign and Proclaim with the leadership context act
+// on its term through any handle of the name, but without one they act on
+// the term won through the handle they are called on (see "Handles are name
+// lookups" in the package doc). An invalid name is reported by the handle's first method call. Safe
 // for concurrent use.
 func (c *Client) Election(name string) *Election {
 	e := &Election{c: c, name: name}
@@ -129,8 +137,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	}
 	hctx, _ := h.Context(context.WithoutCancel(ctx))
 	lctx, cancel := context.WithCancelCause(hctx)
+	t := &leadership{h: h, cancel: cancel, e: e}
+	lctx = context.WithValue(lctx, termKey{e.c, e.name}, t)
 	e.mu.Lock()
-	e.term = &leadership{h: h, cancel: cancel}
+	e.term = t
 	e.mu.Unlock()
 	h.OnEnded(func(err error) {
 		if err != nil {
@@ -142,7 +152,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	return lctx, nil
 }
 
-// Resign ends this handle's leadership: the leadership context is cancelled
+// Resign ends a leadership: the one ctx leads (a leadership context of this
+// election from Campaign on any handle of the Client, or one derived from
+// it), else this handle's. The leadership context is cancelled
 // with ErrResigned first, then the election's lock is released and handed
 // straight to the first waiting candidate, which leads at once. The release
 // is sent even when ctx is done (detached, bounded by the cleanup timeout;
@@ -159,19 +171,31 @@ func (e *Election) Resign(ctx context.Context) error {
 	if e.err != nil {
 		return e.err
 	}
-	e.mu.Lock()
-	t := e.term
-	if own := lease.From(ctx, e.c.e, e.m.Name()); own != nil && (t == nil || t.h != own) {
-		// ctx is the leadership context of a term that has ended: the
-		// handle's current term, if any, is another caller's to end.
-		e.mu.Unlock()
-		if err := own.Err(); err != nil {
-			return err
+	// The term to end: the one ctx leads, won through any handle, or
+	// without a leadership context this handle's.
+	owner := e
+	if own := lease.From(ctx, e.c.e, e.m.Name()); own != nil {
+		lt, _ := ctx.Value(termKey{e.c, e.name}).(*leadership)
+		if lt == nil || lt.h != own {
+			return ErrNotHeld // not a context Campaign made
 		}
-		return ErrNotHeld
+		owner = lt.e
+		owner.mu.Lock()
+		if owner.term != lt {
+			// A term that has ended: the handle's current term, if any,
+			// is another caller's to end.
+			owner.mu.Unlock()
+			if err := own.Err(); err != nil {
+				return err
+			}
+			return ErrNotHeld
+		}
+	} else {
+		owner.mu.Lock()
 	}
-	e.term = nil
-	e.mu.Unlock()
+	t := owner.term
+	owner.term = nil
+	owner.mu.Unlock()
 	if t == nil {
 		return ErrNotHeld
 	}

@@ -342,9 +342,14 @@ func TestElectionContexts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Without the leadership context, a handle that did not campaign leads
+	// nothing; with it, any handle ends that term.
 	e2 := c2.Election("el:ctx")
-	if err := e2.Resign(l2); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("Resign through a handle that did not campaign: %v", err)
+	if err := e2.Resign(ctxT(t)); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Resign without the leadership context through a handle that did not campaign: %v", err)
+	}
+	if err := e2.Resign(l2); err != nil || !errors.Is(context.Cause(l2), ErrResigned) {
+		t.Fatalf("Resign with the leadership context through another handle: %v (%v)", err, context.Cause(l2))
 	}
 }
 

@@ -87,3 +87,45 @@ func TestElectionResignOfAnEndedTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Client.Election returns a new handle per call, and Proclaim with the
+// leadership context worked through any of them; Resign with it answered
+// ErrNotHeld through any handle but the one that campaigned and left the
+// term running, so a leader that had dropped that handle could end its term
+// only by Close or a loss.
+func TestElectionResignThroughAnotherHandle(t *testing.T) {
+	ctx := ctxT(t)
+	c := newClient(t, shared)
+	const name = "el:resign-other-handle"
+	lead, err := c.Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Election(name).Proclaim(lead, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Election(name).Resign(lead); err != nil {
+		t.Fatalf("Resign(lead) through another handle: %v", err)
+	}
+	if !errors.Is(context.Cause(lead), ErrResigned) {
+		t.Fatalf("the leadership context ended with %v, want ErrResigned", context.Cause(lead))
+	}
+	if v, err := c.Election(name).Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader after Resign = %q, %v; want ErrNoLeader", v, err)
+	}
+	// The term is over for the handle that won it too.
+	e := c.Election(name)
+	next, err := e.Campaign(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Election(name).Resign(lead); !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLockLost) {
+		t.Fatalf("a second Resign(lead) = %v, want the ended term's error", err)
+	}
+	if err := next.Err(); err != nil {
+		t.Fatalf("a second Resign(lead) ended the next term: %v", context.Cause(next))
+	}
+	if err := e.Resign(next); err != nil {
+		t.Fatal(err)
+	}
+}
