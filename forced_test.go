@@ -100,3 +100,36 @@ func TestForcedFixedLeaseToldWhenItsChannelIsConfirmed(t *testing.T) {
 		}
 	}
 }
+
+// The same for a hold the watchdog renews: its next renewal would tell it,
+// but that is a third of the watchdog timeout away (30 s here). The force
+// comes right after the Client's first grant, through another Client on the
+// same go-redis client (so it is not held back by a dial), before the
+// holder's channel is subscribed. Before, the evicted holder learned only
+// at that renewal; now the watchdog renews every hold once the channel is
+// confirmed.
+func TestForcedWatchdogHoldToldWhenItsChannelIsConfirmed(t *testing.T) {
+	r := testenvRedis(t)
+	for i := range 3 {
+		rdb := rdbFor(t, r)
+		holder, operator := newClientOn(t, rdb, WithWatchdogTimeout(90*time.Second)), newClientOn(t, rdb)
+		name := fmt.Sprintf("forced:watchdog-at-once:%d", i)
+		m := holder.Mutex(name)
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := operator.Mutex(name).ForceUnlock(ctx); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		select {
+		case <-m.Done():
+		case <-ctx.Done():
+			t.Fatalf("round %d: the evicted holder was not told before its next renewal", i)
+		}
+		cancel()
+		if !errors.Is(m.Err(), ErrForced) {
+			t.Errorf("round %d: the evicted holder's loss: %v, want ErrForced", i, m.Err())
+		}
+	}
+}

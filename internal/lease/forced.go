@@ -29,11 +29,15 @@ func (e *Engine) forced(lockKey string) {
 
 // heard is the hub's callback when the client channel is confirmed, the
 // first time or after a reconnect: a "forced" message sent before it was
-// not heard, so every hold with a fixed lease asks Redis once. It has no
-// renewal that would tell it otherwise before its end; a hold the watchdog
-// renews learns at its next renewal. It runs on the hub's reader goroutine
-// and does not block.
+// not heard, so every hold asks Redis once: the watchdog renews its holds
+// at once (one call per slot), and every hold with a fixed lease, which has
+// no renewal, is rechecked. Before, a watchdog hold learned only at its
+// next renewal, a third of the watchdog timeout later: a force moments
+// after a Client's first grant (before its channel was subscribed) left the
+// evicted holder working beside the next one for up to 10 s by default. It
+// runs on the hub's reader goroutine and does not block.
 func (e *Engine) heard() {
+	e.renewer.Hurry()
 	e.mu.Lock()
 	var hs []*Lease
 	for _, head := range e.byKey {

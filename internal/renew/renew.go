@@ -63,6 +63,7 @@ type Entry struct {
 	Renewals int
 
 	due      time.Time
+	again    bool // Hurry came while a call carried the entry: renew it again at once
 	removed  bool
 	inflight chan struct{} // closed when the call carrying this entry returns
 }
@@ -180,6 +181,27 @@ func (r *Renewer) arm(t time.Time) {
 func (r *Renewer) disarm() {
 	r.wakeAt = time.Time{}
 	r.timer.Stop()
+}
+
+// Hurry makes every entry due now, so that the loop renews them all at
+// once; an entry whose call is in flight is renewed again when the call
+// returns, since that call may have been answered before whatever made the
+// caller hurry.
+func (r *Renewer) Hurry() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || len(r.entries) == 0 {
+		return
+	}
+	now := time.Now()
+	for e := range r.entries {
+		if e.inflight != nil {
+			e.again = true
+		} else if e.due.After(now) {
+			e.due = now
+		}
+	}
+	r.arm(now)
 }
 
 // Len returns the number of entries under renewal.
@@ -320,6 +342,8 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 	r.mu.Lock()
 	done := b[0].inflight
 	for i, e := range b {
+		again := e.again
+		e.again = false
 		if e.removed {
 			// Removed while the call was in flight (a release waits for it):
 			// a renewal that found the lock held still vouches for it.
@@ -338,6 +362,9 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 			e.Renewals++
 			renewed = append(renewed, e)
 			e.due = sent.Add(r.cfg.Period)
+			if again {
+				e.due = time.Now()
+			}
 		default:
 			e.removed = true
 			delete(r.entries, e)

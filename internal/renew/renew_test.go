@@ -262,3 +262,46 @@ func TestSlowBatchDelaysNoOther(t *testing.T) {
 		}
 	})
 }
+
+// Hurry renews every entry at once, and an entry whose call was in flight
+// when it came is renewed again as soon as that call returns: the call may
+// have been answered before whatever made the caller hurry.
+func TestHurry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var calls []time.Time
+		release := make(chan struct{})
+		run := func(ctx context.Context, batch []*Entry, _ []int64) ([]int64, error) {
+			mu.Lock()
+			calls = append(calls, time.Now())
+			first := len(calls) == 1
+			mu.Unlock()
+			if first {
+				<-release
+			}
+			return []int64{Held}, nil
+		}
+		r := New(Config{Period: 10 * time.Second, Run: run})
+		defer r.Stop()
+		start := time.Now()
+		r.Add(&Entry{Key: "a", TTL: 30 * time.Second, Holder: &holder{}}, start)
+		synctest.Wait() // the first call is in flight
+		r.Hurry()
+		time.Sleep(time.Second)
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		n := len(calls)
+		mu.Unlock()
+		if n != 2 {
+			t.Fatalf("%d calls, want the one in flight and one more right after it", n)
+		}
+		r.Hurry()
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) != 3 || !calls[2].Equal(calls[1]) {
+			t.Fatalf("calls at %v, want a third at once after Hurry", calls)
+		}
+	})
+}
