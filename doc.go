@@ -299,10 +299,10 @@
 // threshold instead, and a renewed hold's record (dlock:held:{name}, written
 // only by renewals, so a short hold costs nothing) shows in Inspect as
 // Holder.HeldFor and Holder.Renewals. ForceUnlock tells the evicted holders at once
-// through their Client's channel; one whose message is lost, or whose Client
-// was not yet listening (it starts to, in the background, at its first
-// grant), learns at its next renewal, up to a third of the watchdog timeout
-// later.
+// through their Client's channel; a hold whose Client was not yet listening
+// (it starts to, in the background, at its first grant) asks Redis once it
+// is, and one whose message is lost otherwise learns at its next renewal, up
+// to a third of the watchdog timeout later.
 //
 // A lease lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past
 // its TTL from carrying on after the lock went to someone else: the loss

@@ -222,12 +222,11 @@ func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
 // queued waiter or waking Redisson-style waiters, and reports whether it was
 // held. Holders are told at once, with a loss wrapping ErrForced: the
 // script sends each evicted owner's Client a message, on which it asks Redis
-// (a hold with a fixed lease whose Client was not yet listening asks once
-// it is; a hold whose message is lost otherwise, one the watchdog renews
-// whose Client was not yet listening (it subscribes in the background after
-// its first grant, so a force moments after that grant can miss it), or one
-// whose Client uses WithSpin or sharded pub/sub, learns at its next renewal, and one with a
-// fixed lease, which has none, when its lease ends). A key that is not a lock — another Redis type, or a
+// (a hold whose Client was not yet listening, as for a force moments after
+// the Client's first grant, asks once it is; a hold whose message is lost
+// otherwise, or whose Client uses WithSpin or sharded pub/sub, learns at
+// its next renewal, and one with a fixed lease, which has none, when its
+// lease ends). A key that is not a lock — another Redis type, or a
 // hash whose fields are not owners with hold counts (and a read-write
 // lock's mode) as dlock and Redisson write them — is left as it is, with
 // an error wrapping ErrNotLock; the script decides, atomically. A Client
