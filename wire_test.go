@@ -60,14 +60,19 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	}
 	for script, wants := range map[string][]string{
 		"lib.lua":     {"if string.sub(ttl, 1, 2) == '00' then", "local box = KEYS[3] .. '\\31g:' .. field"},
-		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = KEYS[3] .. '\\31g:' .. field"},
-		"force.lua":   {"redis.call('del', KEYS[3] .. '\\31g:' .. f)"},
+		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = pop and KEYS[3] .. '\\31g:' .. field"},
+		"force.lua":   {"redis.pcall('del', KEYS[3] .. '\\31g:' .. f)"},
 	} {
 		for _, want := range wants {
 			if !strings.Contains(kind.Source(script), want) {
 				t.Errorf("%s lacks %q (keys.PopEntry, keys.GrantBox)", script, want)
 			}
 		}
+	}
+	// release.lua's hand-off and pass drop an election's leader record
+	// by its name (keys.LeaderField), as the DEL they replaced did.
+	if want := "redis.call('hdel', KEYS[1], ARGV[1], '" + keys.LeaderField + "')"; strings.Count(kind.Source("release.lua"), want) != 2 {
+		t.Errorf("release.lua's hand-off and pass do not both drop %q: no %q twice", keys.LeaderField, want)
 	}
 	if e := keys.PopEntry(7, 30000, "c:1"); strings.Split(e, " ")[1] != "0030000" {
 		t.Errorf("keys.PopEntry = %q, want its TTL written as 0030000", e)

@@ -21,11 +21,13 @@ if t ~= 'hash' then return NOT_HASH end
 -- nothing can change the key between the look and the deletion.
 local all = redis.call('hgetall', KEYS[1])
 local fields = {}
+local rw = false
 for i = 1, #all, 2 do
   local f, v = all[i], all[i + 1]
   local ok
   if f == 'mode' then
     ok = v == 'read' or v == 'write'
+    rw = true
   elseif f == 'leader' then
     ok = string.match(v, '^%d+ ') ~= nil
   else
@@ -34,12 +36,33 @@ for i = 1, #all, 2 do
   end
   if not ok then return NOT_LOCK end
 end
+-- A hand-off to an evicted owner that its waiter has not popped yet
+-- (lib.lua's deliver) goes with the lock: its box is deleted, before
+-- anything else is written. Only a Mutex's waiters pop: a read-write lock
+-- (its hash has 'mode') has no boxes. The box is a key the script does not
+-- declare, and a Cluster node whose slot is MIGRATING refuses one it does
+-- not have ("non local key"): the box may then have moved to the importing
+-- node, out of this script's reach, where its waiter could still pop a
+-- grant this force takes away (two holders). So the force does nothing and
+-- answers TRYAGAIN, as Redis answers a call whose keys a migration split:
+-- it is sent again (go-redis, then the wire) until the slot settles. Any
+-- other refusal is the script's error, as it was. Either way nothing but
+-- evicted owners' boxes has been written: a force sent again finds the
+-- lock as it was.
+if not rw then
+  for _, f in ipairs(fields) do
+    local r = redis.pcall('del', KEYS[3] .. '\31g:' .. f)
+    if type(r) == 'table' then
+      if string.find(r.err, 'non local key', 1, true) then
+        return redis.error_reply('TRYAGAIN the lock\'s slot is migrating and a hand-off box is not on this node')
+      end
+      return r
+    end
+  end
+end
 local told = {}
 for _, f in ipairs(fields) do
   redis.call('sadd', KEYS[4], f)
-  -- A hand-off to f that its waiter has not popped yet (lib.lua's deliver)
-  -- goes with the lock.
-  redis.call('del', KEYS[3] .. '\31g:' .. f)
   local cid = string.match(f, '^([^:]+):') -- client ids have no ':'
   if cid and not told[cid] then
     told[cid] = true
@@ -47,7 +70,6 @@ for _, f in ipairs(fields) do
   end
 end
 redis.call('pexpire', KEYS[4], ARGV[2])
-local rw = redis.call('hexists', KEYS[1], 'mode') == 1
 release_to_next(ARGV[1], ARGV[2])
 if rw then
   -- A read-write lock's waiters listen on Redisson's RReadWriteLock channel;

@@ -109,15 +109,56 @@ end
 -- other waiter is woken on its client channel, and its attempt claims.
 -- %d, not tostring: Lua would print a large token as 1.7e+15. The claim
 -- window goes along: the waiter's client may use another.
+--
+-- The box is the one key a script writes that it does not declare (the
+-- field is the queue's head, known only here), and Redis may refuse it
+-- after the script has already made the waiter the holder: a Cluster node
+-- whose slot is MIGRATING refuses any key it does not have ("non local
+-- key"), and the box never exists before this RPUSH. An error there would
+-- abort the script half-done: the entry popped, the hash naming a waiter
+-- that is never told, the releaser told its release failed. So the box is
+-- written with pcall, and when Redis refuses it the popping waiter is woken
+-- as any other is: it listens on its client channel too, and its next
+-- attempt finds the lock its own (acquire.lua's hand-off check).
 local function deliver(ticket, ttl, field, cid, tok, claim)
   local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)
   if string.sub(ttl, 1, 2) == '00' then
     local box = KEYS[3] .. '\31g:' .. field
-    redis.call('rpush', box, msg)
-    redis.call('pexpire', box, claim)
-    return
+    if type(redis.pcall('rpush', box, msg)) == 'number' then
+      redis.call('pexpire', box, claim)
+      return
+    end
   end
   publish('dlock:client:' .. cid, ticket .. ' ' .. msg)
+end
+
+-- While a Cluster slot is MIGRATING, its node refuses a script any key it
+-- does not have ("non local key"): one the script never declared, and
+-- also one the script itself emptied or deleted. A script runs there only
+-- when every key it declares is there at its start, so the hand-off paths
+-- below never write a key after deleting it (the lock is made the waiter's
+-- by HSET first, then HDEL of the rest), and a queue that an LPOP may have
+-- emptied is read with pcall (pop_entry).
+
+-- pop_entry pops the queue's head, or false when it is empty: a refusal
+-- of the queue as non local can only mean that this script emptied it.
+-- Any other error is raised as redis.call would.
+local function pop_entry()
+  local e = redis.pcall('lpop', KEYS[3])
+  if type(e) == 'table' then
+    if string.find(e.err, 'non local key', 1, true) then return false end
+    error(e)
+  end
+  return e
+end
+
+-- hold_alone makes the lock hash hold field alone (count 1), dropping
+-- every other field: the former owners, an election's leader record.
+local function hold_alone(field)
+  redis.call('hset', KEYS[1], field, 1)
+  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
+    if f ~= field then redis.call('hdel', KEYS[1], f) end
+  end
 end
 
 -- hand_off passes the lock straight to the first valid waiter in the queue:
@@ -132,14 +173,13 @@ end
 -- at the head, 0 when the queue held nobody.
 local function hand_off(claim_ms, fence_ttl, self, e)
   while true do
-    e = e or redis.call('lpop', KEYS[3])
+    e = e or pop_entry()
     if not e then return 0 end
     if e == self then return 2 end
     local ticket, ttl, field = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = field and string.match(field, '^(.*):')
     if cid then
-      redis.call('del', KEYS[1])
-      redis.call('hset', KEYS[1], field, 1)
+      hold_alone(field)
       -- A waiter that died before its turn must not hold the lock for a whole
       -- lease: the hand-off is valid for the claim window only, and the new
       -- holder extends it as soon as it runs.

@@ -48,8 +48,12 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
   local ticket, ttl, field = string.match(first, '^(%d+) (%d+) (.+)$')
   local cid = field and string.match(field, '^(.*):')
   if cid then
-    redis.call('del', KEYS[1])
+    -- The hash holds the waiter alone: HSET first, then HDEL of the
+    -- releaser and of an election's leader record, the only other fields
+    -- a Mutex's hash can have. Not DEL and HSET: a Cluster node whose slot
+    -- is MIGRATING refuses to write a key the script deleted (lib.lua).
     redis.call('hset', KEYS[1], field, 1)
+    redis.call('hdel', KEYS[1], ARGV[1], 'leader')
     local claim = math.min(tonumber(ttl), tonumber(ARGV[3]))
     redis.call('pexpire', KEYS[1], claim)
     local pop = string.sub(ttl, 1, 2) == '00'
@@ -64,11 +68,11 @@ if cnt == '1' and ARGV[2] == '1' and not ARGV[7] then
     handed = {ticket, ttl, field, cid, claim}
     if tok ~= 1 then
       local msg = string.format('%d', tok) .. ' ' .. string.format('%d', claim)
-      if pop then
-        -- Two leading zeros (keys.PopEntry): the grant goes to the
-        -- waiter's box, which it pops (lib.lua's deliver).
-        local box = KEYS[3] .. '\31g:' .. field
-        redis.call('rpush', box, msg)
+      -- Two leading zeros (keys.PopEntry): the grant goes to the waiter's
+      -- box, which it pops, unless Redis refuses the box (lib.lua's
+      -- deliver says when, and why the message then does).
+      local box = pop and KEYS[3] .. '\31g:' .. field
+      if box and type(redis.pcall('rpush', box, msg)) == 'number' then
         redis.call('pexpire', box, claim)
       else
         redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' ' .. msg)
@@ -103,8 +107,8 @@ if ARGV[7] and cnt == 1 and expected == 1 and (ARGV[9] ~= '1' or redis.call('lle
   -- The pass: the hash holds the next owner alone, with its TTL (not the
   -- claim window: its process is alive, it is the one sending this), and a
   -- token of its own.
-  redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], ARGV[7], 1)
+  redis.call('hdel', KEYS[1], ARGV[1], 'leader') -- as in the hand-off above
   redis.call('pexpire', KEYS[1], ARGV[8])
   return PASSED - reserve_tokens(ARGV[4], tonumber(ARGV[10]))
 end
