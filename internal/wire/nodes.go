@@ -26,9 +26,9 @@ import (
 // another master's batch.
 type nodes struct {
 	cc *redis.ClusterClient
-	// known is set once the client has answered a call: its slot map is
-	// loaded, and MasterForKey reads it without a round trip. Until then
-	// every call goes through the Wire's first batcher.
+	// known is set once the client has answered a call without an error:
+	// its slot map is loaded, and MasterForKey reads it without a round
+	// trip. Until then every call goes through the Wire's first batcher.
 	known   atomic.Bool
 	mu      sync.Mutex // guards creation and stopped
 	by      sync.Map   // master address -> *batcher
@@ -44,7 +44,10 @@ func (n *nodes) batcherFor(w *Wire, cl *Call) *batcher {
 	if !ok {
 		return &w.batch
 	}
-	master, err := n.cc.MasterForKey(context.Background(), key)
+	// A done context: were the map not loaded, MasterForKey would load it
+	// on the caller's goroutine, bounded by go-redis's timeouts rather
+	// than by the caller's ctx; this way it fails at once instead.
+	master, err := n.cc.MasterForKey(doneCtx, key)
 	if err != nil {
 		return &w.batch
 	}
@@ -67,14 +70,23 @@ func (n *nodes) batcherFor(w *Wire, cl *Call) *batcher {
 	return b
 }
 
-// answered notes that the Cluster client answered cmd: its slot map is
-// loaded.
+// doneCtx is a context that is done.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// answered notes that the Cluster client answered cmd: when it succeeded,
+// the slot map is loaded (go-redis never unloads it). A Redis error does
+// not say so: loading the map may be what failed (CLUSTER SLOTS refused
+// by an ACL, a node still LOADING its data), and go-redis then sets that
+// error on the command.
 func (n *nodes) answered(cmd redis.Cmder) {
 	if n.known.Load() {
 		return
 	}
-	err := cmd.Err()
-	if _, reply := err.(redis.Error); err == nil || reply {
+	if cmd.Err() == nil {
 		n.known.Store(true)
 	}
 }
