@@ -107,6 +107,8 @@ type Renewer struct {
 	base    context.Context // cancelled by Stop: a call in flight ends at once
 	cancel  context.CancelFunc
 	stopped bool
+	// hurried is when the last Hurry takes (or took) effect; guarded by mu.
+	hurried time.Time
 	calls   sync.WaitGroup // the calls in flight
 	wakes   int            // times the loop woke from its wait; guarded by mu (tests)
 }
@@ -187,6 +189,13 @@ func (r *Renewer) disarm() {
 // once; an entry whose call is in flight is renewed again when the call
 // returns, since that call may have been answered before whatever made the
 // caller hurry.
+//
+// Hurries take effect at least hurryGap apart: one that comes sooner (a
+// pub/sub connection that flaps, each confirmation a Hurry) takes effect
+// hurryGap after the last, and every Hurry before then is folded into it.
+// Each call of Hurry is thus followed by a renewal of every entry sent
+// after it, at most hurryGap later, and a flapping connection costs each
+// entry one renewal per hurryGap rather than one per reconnect.
 func (r *Renewer) Hurry() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -194,15 +203,29 @@ func (r *Renewer) Hurry() {
 		return
 	}
 	now := time.Now()
+	at := now
+	switch gap := r.hurryGap(); {
+	case r.hurried.After(now):
+		at = r.hurried // one is due already, after this call
+	case !r.hurried.IsZero() && now.Before(r.hurried.Add(gap)):
+		at = r.hurried.Add(gap)
+	}
+	r.hurried = at
 	for e := range r.entries {
 		if e.inflight != nil {
 			e.again = true
-		} else if e.due.After(now) {
-			e.due = now
+		} else if e.due.After(at) {
+			e.due = at
 		}
 	}
-	r.arm(now)
+	if r.wakeAt.IsZero() || at.Before(r.wakeAt) {
+		r.arm(at)
+	}
 }
+
+// hurryGap is how far apart Hurries take effect at least: the spacing of
+// a failed call's retries.
+func (r *Renewer) hurryGap() time.Duration { return min(r.cfg.Period/4, time.Second) }
 
 // Len returns the number of entries under renewal.
 func (r *Renewer) Len() int {
@@ -363,7 +386,11 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 			renewed = append(renewed, e)
 			e.due = sent.Add(r.cfg.Period)
 			if again {
+				// Hurried while in flight: again once the Hurry is due.
 				e.due = time.Now()
+				if r.hurried.After(e.due) {
+					e.due = r.hurried
+				}
 			}
 		default:
 			e.removed = true
