@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
 )
 
 // ForceUnlock tells the evicted holder at once, by a message to its Client
@@ -131,5 +134,37 @@ func TestForcedWatchdogHoldToldWhenItsChannelIsConfirmed(t *testing.T) {
 		if !errors.Is(m.Err(), ErrForced) {
 			t.Errorf("round %d: the evicted holder's loss: %v, want ErrForced", i, m.Err())
 		}
+	}
+}
+
+// renewCounter counts the watchdog's calls.
+type renewCounter struct {
+	NopObserver
+	n atomic.Int32
+}
+
+func (o *renewCounter) Renewed(int, error) { o.n.Add(1) }
+
+// The renewal the watchdog sends when the Client's channel is confirmed
+// only confirms the holds: a hold granted a moment before is no long hold,
+// and must leave no record of one (which Inspect and the dashboard would
+// show as "held for ..., 1 renewal" after its release, and which the
+// hygiene check of TestCluster found left over).
+func TestChannelConfirmationWritesNoLongHoldRecord(t *testing.T) {
+	ctx := ctxT(t)
+	obs := &renewCounter{}
+	c := newClient(t, shared, WithWatchdogTimeout(90*time.Second), WithObserver(obs))
+	rdb := rdbFor(t, shared)
+	const name = "forced:no-long-hold-record"
+	m := c.Mutex(name)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the renewal at the channel's confirmation", func() bool { return obs.n.Load() > 0 })
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, keys.Held(name)).Result(); err != nil || n != 0 {
+		t.Fatalf("a hold of a moment left a long-hold record (exists %d, %v)", n, err)
 	}
 }

@@ -141,6 +141,11 @@ func TestRepeatedReleaseCountsOnce(t *testing.T) {
 func TestResentFinalReleaseAfterTheNextHolders(t *testing.T) {
 	c := newClient(t, shared)
 	ctx := ctxT(t)
+	// The Client's channel is confirmed first: the renewal of every hold
+	// that follows the confirmation would find the release below, which
+	// the hold knows nothing of, and declare the hold lost.
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
 	m := c.Mutex("idem-resent-final")
 	mustLock(t, m)
 	h := m.current(ctx)

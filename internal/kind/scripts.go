@@ -65,7 +65,7 @@ func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*re
 			held = space.Held(e.Key)
 		}
 		rec := ""
-		if held != e.Key && e.Since > 0 && e.Renewals%keys.HeldEvery == 0 {
+		if held != e.Key && e.Since > 0 && !e.Hurried && e.Renewals%keys.HeldEvery == 0 {
 			rec = keys.HeldRecord(e.Since, ttls[i]/renew.PerTTL)
 		}
 		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)

@@ -407,6 +407,14 @@ func (h *Hub) Subscribed() []string {
 	return out
 }
 
+// ClientReady returns a channel closed once the client channel was
+// confirmed for the first time and the Heard callback for it returned.
+func (h *Hub) ClientReady() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clientReady
+}
+
 // Quiet reports, without taking the hub's lock, that no channel is
 // subscribed or lingering: then Listening is false for every lock, and a
 // caller need not even make the channel's name.

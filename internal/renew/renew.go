@@ -58,12 +58,19 @@ type Entry struct {
 	Since  int64         // when the hold was granted, ms since the epoch; 0: write no record of a long hold
 	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
-	// Renewals counts the entry's renewals so far: the Renewer writes it
-	// after each call, and Func may read it during one.
+	// Renewals counts the entry's renewals so far, those Hurry asked for
+	// aside: the Renewer writes it after each call, and Func may read it
+	// during one.
 	Renewals int
+	// Hurried says that the call carrying the entry was asked for by Hurry
+	// rather than due: it confirms the hold, and says nothing of its age
+	// (a hold granted a moment ago is no long hold). The Renewer writes it
+	// before each call, and Func may read it during one.
+	Hurried bool
 
 	due      time.Time
 	again    bool // Hurry came while a call carried the entry: renew it again at once
+	hurry    bool // the entry's next call is Hurry's
 	removed  bool
 	inflight chan struct{} // closed when the call carrying this entry returns
 }
@@ -215,7 +222,7 @@ func (r *Renewer) Hurry() {
 		if e.inflight != nil {
 			e.again = true
 		} else if e.due.After(at) {
-			e.due = at
+			e.due, e.hurry = at, true
 		}
 	}
 	if r.wakeAt.IsZero() || at.Before(r.wakeAt) {
@@ -317,6 +324,7 @@ func (r *Renewer) collect(now time.Time) [][]*Entry {
 			done := make(chan struct{})
 			for _, e := range b {
 				e.inflight = done
+				e.Hurried, e.hurry = e.hurry, false
 			}
 			out = append(out, b)
 		}
@@ -382,12 +390,14 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 			e.due = time.Now().Add(min(r.cfg.Period/4, time.Second))
 			failed = append(failed, e)
 		case codes[i] == Held:
-			e.Renewals++
+			if !e.Hurried {
+				e.Renewals++
+			}
 			renewed = append(renewed, e)
 			e.due = sent.Add(r.cfg.Period)
 			if again {
 				// Hurried while in flight: again once the Hurry is due.
-				e.due = time.Now()
+				e.due, e.hurry = time.Now(), true
 				if r.hurried.After(e.due) {
 					e.due = r.hurried
 				}
