@@ -387,14 +387,21 @@ func TestForgedMessagesNeverGrant(t *testing.T) {
 	}
 }
 
-// waitSubscribed waits until c's client channel is subscribed and someone
-// waits for a lock of c.
+// waitSubscribed waits until c's client channel is subscribed, and the
+// renewal of c's holds that its confirmation asks for (Renewer.Hurry) is
+// done, so that a count of commands after it does not see that renewal.
 func waitSubscribed(t *testing.T, ctx context.Context, rdb *redis.Client, c *Client) {
 	t.Helper()
 	waitFor(t, "the waiter subscribed", func() bool {
 		n, err := rdb.PubSubNumSub(ctx, keys.ClientChannelPrefix+c.ID()).Result()
 		return err == nil && n[keys.ClientChannelPrefix+c.ID()] == 1
 	})
+	select {
+	case <-c.e.Hub().ClientReady():
+	case <-ctx.Done():
+		t.Fatal("the client channel was never confirmed")
+	}
+	waitFor(t, "the confirmation's renewal", c.e.RenewalsQuiet)
 }
 
 // An observer believes Redis, not announcements: a forged "L <token> <v>"

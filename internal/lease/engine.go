@@ -196,6 +196,10 @@ func (e *Engine) Closed() bool { return e.closed.Load() }
 // Renewals is how many leases the watchdog renews (for tests).
 func (e *Engine) Renewals() int { return e.renewer.Len() }
 
+// RenewalsQuiet reports whether the watchdog has nothing due and nothing in
+// flight (for tests).
+func (e *Engine) RenewalsQuiet() bool { return e.renewer.Quiet() }
+
 // newOwner returns a new owner id, "<client id>:<n>", never reused.
 func (e *Engine) newOwner() string {
 	return e.Cfg.ClientID + ":" + strconv.FormatUint(e.owners.Add(1), 10)

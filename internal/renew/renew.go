@@ -234,6 +234,20 @@ func (r *Renewer) Hurry() {
 // a failed call's retries.
 func (r *Renewer) hurryGap() time.Duration { return min(r.cfg.Period/4, time.Second) }
 
+// Quiet reports whether no entry is due now and no call is in flight
+// (tests: a count of commands starts after the renewals it must not see).
+func (r *Renewer) Quiet() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for e := range r.entries {
+		if e.inflight != nil || !e.due.After(now) {
+			return false
+		}
+	}
+	return true
+}
+
 // Len returns the number of entries under renewal.
 func (r *Renewer) Len() int {
 	r.mu.Lock()
