@@ -188,9 +188,7 @@ func TestElectionResignHandsOff(t *testing.T) {
 		took <- lead
 	}()
 	waitQueued(t, a, keys.Election("el:handoff").Lock, 1)
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	start := time.Now()
 	if err := ea.Resign(ctx); err != nil {
 		t.Fatal(err)

@@ -73,9 +73,7 @@ func TestLocksListsEverything(t *testing.T) {
 	rdb.Set(ctx, "job:redisson-latch", 2, time.Minute) // Redisson's trySetCount: no marker
 	rdb.Set(ctx, "dlock:latch:{job:gone}", 1, time.Minute)
 
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	all, err := a.Locks(ctx, "")
 	if err != nil {
 		t.Fatal(err)

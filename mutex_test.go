@@ -16,9 +16,7 @@ func TestTryLockNoWaitIsOneAttempt(t *testing.T) {
 	// The holder's Client subscribes its own channel (for ForceUnlock's
 	// news) in the background: let that happen before counting.
 	waitSubscribed(t, ctx, rdbFor(t, r), a)
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	for _, wait := range []time.Duration{0, -time.Second} {
 		ok, err := b.Mutex("one-attempt").TryLock(ctx, wait, 0)
 		if ok || err != nil {

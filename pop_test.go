@@ -34,9 +34,7 @@ func TestHandoffPopped(t *testing.T) {
 		got <- bctx
 	}()
 	waitFor(t, "the waiter's pop", func() bool { return commands(t, r)["blpop"] >= 1 })
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	if err := a.Unlock(actx); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +141,7 @@ func lockUnlockAside(ctx context.Context, c *Client, name string) <-chan error {
 // waiter's outcome on got.
 func releaseToWaiter(t *testing.T, ctx context.Context, r *testenv.Redis, a *Mutex, actx context.Context, got <-chan error, round int) {
 	t.Helper()
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	if err := a.Unlock(actx); err != nil {
 		t.Fatal(err)
 	}
@@ -189,9 +185,7 @@ func TestHandoffPopLeavesSmallPoolsAlone(t *testing.T) {
 		got <- err
 	}()
 	waitFor(t, "the waiter queued", func() bool { return r.NewClient(t).LLen(ctx, b.p.Keys().Queue).Val() == 1 })
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	if err := a.Unlock(actx); err != nil {
 		t.Fatal(err)
 	}

@@ -95,9 +95,7 @@ func TestRWDowngradeAndUpgrade(t *testing.T) {
 		t.Fatalf("writer after the downgrade: %v, %v", ok, err)
 	}
 	// Upgrade: refused at once, before any network call.
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	start := time.Now()
 	if ok, err := rw.TryLock(rctx, 10*time.Second, 0); ok || !errors.Is(err, ErrUpgrade) {
 		t.Fatalf("upgrade TryLock = %v, %v; want ErrUpgrade", ok, err)

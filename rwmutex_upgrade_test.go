@@ -43,9 +43,7 @@ func TestRWUpgradeWithReadContextIsRefused(t *testing.T) {
 	type key struct{}
 	derived, cancel := context.WithTimeout(context.WithValue(rctx, key{}, 1), 3*time.Second)
 	defer cancel()
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	start := time.Now()
 	for _, x := range []context.Context{rctx, derived} {
 		if err := rw.Lock(x); !errors.Is(err, ErrUpgrade) {

@@ -211,9 +211,7 @@ func TestSemaphoreReleaseWakesOne(t *testing.T) {
 	}
 	prev := first
 	for want := range 5 {
-		if err := r.ResetStats(ctx); err != nil {
-			t.Fatal(err)
-		}
+		resetCounts(t, ctx, r)
 		if err := prev.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -140,9 +140,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 	rdb := rdbFor(t, r)
 	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, first.p.Keys().Queue).Result(); return n == w })
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	mustUnlock(t, first)
 	wg.Wait()
 	// Per grant one release script and, for a woken waiter, its one
@@ -178,9 +176,7 @@ func TestRedissonReleaseWakesOneLocalWaiter(t *testing.T) {
 		go func() { results <- ms[i].Lock(wctx) }()
 	}
 	waitFor(t, "all waiters queued", func() bool { n, _ := rdb.LLen(ctx, ms[0].p.Keys().Queue).Result(); return n == w })
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	// Redisson's unlock: delete the hash, publish 0.
 	rdb.Del(ctx, "foreign")
 	rdb.Publish(ctx, chanOf(ms[0]), "0")

@@ -22,9 +22,7 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 		ms[i] = c.Mutex(fmt.Sprintf("batch:%d", i))
 		mustLock(t, ms[i])
 	}
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	time.Sleep(2200 * time.Millisecond) // two renewal periods
 	s := commands(t, r)
 	calls, checks := s["evalsha"], s["hexists"]
@@ -46,9 +44,7 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 		t.Fatalf("%d renewals left after every Unlock", c.e.Renewals())
 	}
 	// No renewal may follow the last Unlock.
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	time.Sleep(1200 * time.Millisecond)
 	if s := commands(t, r); s["hexists"] != 0 || s["pexpire"] != 0 {
 		t.Fatalf("renewals after Unlock: %v", s)
@@ -72,9 +68,7 @@ func TestRenewalCost(t *testing.T) {
 		info, err := c.Inspect(ctx, ms[n-1].Name())
 		return err == nil && len(info.Holders) == 1 && info.Holders[0].HeldFor > 0
 	})
-	if err := r.ResetStats(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resetCounts(t, ctx, r)
 	time.Sleep(2 * time.Second) // about 20 renewals of each lock
 	s := commands(t, r)
 	renewals, inner := s["hexists"], int64(0)
