@@ -354,11 +354,15 @@
 //     the name in the same Client waits or holds, Redis grants also take the
 //     SQL lock and lift the name's Redis fencing counter above the SQL token,
 //     so they wait for fallback holders still inside fn, and later Redis
-//     tokens stay above the fallback's. When a lift fails (Redis failing
-//     again, the caller's ctx ending), the Client's Redis grants of that
-//     name keep taking the SQL lock, and lifting, until a lift succeeds,
-//     whatever the window: a Redis grant alone would hand out a token below
-//     the SQL token fn already ran with.
+//     tokens stay above the fallback's. A fallback grant, and a lift that
+//     fails (Redis failing again, the caller's ctx ending), leave a lift
+//     owed for the name: the Client's Redis grants of that name keep taking
+//     the SQL lock, and lifting, until a lift succeeds, whatever the window,
+//     since a Redis grant alone would hand out a token below the SQL token
+//     fn already ran with (the name's Redis counter counts on from before
+//     the outage). Only the Client that owes a lift knows of it: another
+//     Client's first grant of such a name after the window can still get a
+//     Redis token below that SQL token.
 //   - One token order: fallback tokens are above the highest Redis token the
 //     Client saw and at least the database clock in microseconds; Redis
 //     tokens start from the Redis clock. With clocks in step, tokens of both

@@ -121,3 +121,44 @@ func TestFailedRaiseKeepsTokensIncreasing(t *testing.T) {
 		t.Fatalf("the name stayed on the fallback lock after a lift succeeded: tokens %v, Redis counter %d", seen, last)
 	}
 }
+
+// A name granted by the fallback during an outage and next locked after
+// the recovery window: its first Redis grant must not hand out a token
+// below the fallback's (the Redis counter kept counting from long ago).
+// Before, only Redis grants inside the recovery window lifted the counter;
+// now every fallback grant leaves a lift owed for its name.
+func TestFallbackGrantOwesALift(t *testing.T) {
+	w := &tokenWorld{}
+	tiers := New(Config{
+		Fallback: w, Breaker: closedBreaker{}, Quarantine: 10 * time.Millisecond, Recovery: 50 * time.Millisecond,
+		ClientID: "c", Watchdog: 10 * time.Millisecond, Redis: w.redis, Raise: w.raise,
+		Detach: func(f func(context.Context)) { go f(context.Background()) },
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	var seen []uint64
+	lock := func() {
+		t.Helper()
+		err := tiers.WithLock(context.Background(), Request{Name: "Y", Wait: time.Second}, func(ctx context.Context) error {
+			g, _ := lease.GrantFrom(ctx)
+			seen = append(seen, g.Token)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock() // Redis down: the fallback grants
+	w.set(func(w *tokenWorld) { w.redisUp = true })
+	tiers.ReachedRedis() // a renewal of another hold: the outage is over
+	time.Sleep(80 * time.Millisecond) // the recovery window is over
+	lock()
+	lock()
+	for i := 1; i < len(seen); i++ {
+		if seen[i] <= seen[i-1] {
+			t.Fatalf("tokens went backwards after the recovery window: %v", seen)
+		}
+	}
+	if tiers.recovering("Y") {
+		t.Fatal("the name stayed on the fallback lock after its lift")
+	}
+}

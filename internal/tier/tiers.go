@@ -90,9 +90,9 @@ type Tiers struct {
 	// for the fallback lock or holding it): Redis grants of the name take
 	// the fallback lock too while there are any.
 	fallbacks map[string]int
-	// owed holds, for each name, the highest fallback token that a Redis
-	// grant of the name ran fn with (during recovery) and whose lift of the
-	// name's Redis fencing counter has not succeeded yet. While it does,
+	// owed holds, for each name, the highest fallback token that fn ran
+	// with (a fallback grant, or a Redis grant during recovery) and whose
+	// lift of the name's Redis fencing counter has not succeeded yet. While it does,
 	// Redis grants of the name keep taking the fallback lock (whose tokens
 	// are above it) and lifting again: a Redis grant alone would hand out a
 	// token below it.
@@ -227,6 +227,14 @@ func (t *Tiers) onFallback(ctx context.Context, req Request, start time.Time, fn
 	granted := false
 	err := t.cfg.Fallback.Run(ctx, freq, func(fctx context.Context) error {
 		granted = true
+		if tok := tokenFrom(fctx); tok > 0 {
+			// The name's Redis counter is below this token (it counts on
+			// from long ago): the name's next Redis grant, however late,
+			// takes the fallback lock too and lifts it (recovering).
+			t.mu.Lock()
+			t.owed[req.Name] = max(t.owed[req.Name], tok)
+			t.mu.Unlock()
+		}
 		if finish != nil {
 			finish(lease.Acquisition{Kind: req.Kind, Name: req.Name, Acquired: true, Waited: time.Since(start), Backend: t.cfg.Fallback.Backend(), Weight: 1})
 		}
