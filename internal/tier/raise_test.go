@@ -149,7 +149,7 @@ func TestFallbackGrantOwesALift(t *testing.T) {
 	}
 	lock() // Redis down: the fallback grants
 	w.set(func(w *tokenWorld) { w.redisUp = true })
-	tiers.ReachedRedis() // a renewal of another hold: the outage is over
+	tiers.ReachedRedis()              // a renewal of another hold: the outage is over
 	time.Sleep(80 * time.Millisecond) // the recovery window is over
 	lock()
 	lock()
