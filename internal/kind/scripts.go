@@ -117,6 +117,7 @@ func Source(file string) string {
 		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce,
 		"rwlib.lua": luaRWLib, "rwlock.lua": luaRWLock, "rlock.lua": luaRLock, "rwunlock.lua": luaRWUnlock, "rwleave.lua": luaRWLeave,
 		"sem_lib.lua": luaSemLib, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
+		"sem_resize.lua": luaSemResize, "sem_available.lua": luaSemAvailable,
 		"election_announce.lua": luaAnnounce, "latch_set.lua": luaLatchSet, "latch_down.lua": luaLatchDown,
 	}[file]
 }

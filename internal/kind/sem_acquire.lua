@@ -76,10 +76,14 @@ elseif ARGV[7] == '0' and entry ~= '' then
   end
 end
 local now = now_ms()
-reap(now)
-if redis.call('zscore', KEYS[1], id) then
+-- Expired permits are reaped last, on every way out: a reap may empty the
+-- set, which a MIGRATING node then refuses to this script (sem_lib.lua's
+-- here). Until then a permit counts only while live.
+local s = redis.call('zscore', KEYS[1], id)
+if s and tonumber(s) > now then
   add_permit(now, id, ttl)
   if entry ~= '' then leave_queue(entry, false) end
+  reap(now)
   return {1, ttl}
 end
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
@@ -92,6 +96,7 @@ end
 local k = weight(id)
 if k > size then
   if entry ~= '' then leave_queue(entry, false) end
+  reap(now)
   return {-3, size}
 end
 local self, self_ttl = nil, nil
@@ -102,6 +107,7 @@ if ARGV[7] == '0' then self_ttl = ttl end
 local mine, held, blocked = grant_queued(now, size, held_weight(now), ARGV[6], self, nil, self_ttl)
 if mine or (not blocked and held + k <= size) then
   add_permit(now, id, ttl)
+  reap(now)
   return {1, ttl}
 end
 if entry ~= '' then
@@ -109,14 +115,26 @@ if entry ~= '' then
   -- its waiters keep trying (they re-check at least every re-check
   -- interval, a quarter of the queue's TTL), and so does each entry's seen
   -- deadline (which replaces a grant mark of the entry's, if any: its
-  -- permit expired unclaimed).
-  if not redis.call('lpos', KEYS[3], entry) then redis.call('rpush', KEYS[3], entry) end
+  -- permit expired unclaimed). grant_queued may have emptied the queue or
+  -- the seen set, which a MIGRATING node then refuses to make anew (here):
+  -- both are looked at before either is written, and the call is sent
+  -- again once the slot settles.
+  local at, gone = here('lpos', KEYS[3], entry)
+  if not gone then
+    local _, refused = here('zadd', KEYS[4], now + qttl, entry)
+    gone = refused
+  end
+  if gone then
+    reap(now)
+    return try_again()
+  end
+  if not at then redis.call('rpush', KEYS[3], entry) end
   redis.call('pexpire', KEYS[3], qttl)
   drop_marks(now)
-  redis.call('zadd', KEYS[4], now + qttl, entry)
   redis.call('pexpire', KEYS[4], qttl)
   keep(KEYS[2], qttl)
 end
-local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+local first = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+reap(now)
 if first[2] then return {0, math.max(tonumber(first[2]) - now, 0)} end
 return {0, -1}

@@ -33,11 +33,54 @@ local function weight(id)
 end
 
 -- held_weight is the number of permits held: the sum of the weights of
--- the permits that have not expired (reaped or not).
-local function held_weight(now)
+-- the permits that have not expired (reaped or not), but for permit except
+-- (nil: none), which its caller is giving back.
+local function held_weight(now, except)
   local held = 0
-  for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do held = held + weight(id) end
+  for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do
+    if id ~= except then held = held + weight(id) end
+  end
   return held
+end
+
+-- While a Cluster slot is MIGRATING, its node runs a script only when every
+-- key the script declares is there at its start, and then refuses it, as
+-- "non local key", any key the node does not have: also one the script
+-- itself emptied (an LPOP of the last entry, a ZREM of the last member, a
+-- reap of the last permits delete their key). A refusal raised by
+-- redis.call would abort the script with its earlier writes kept. So:
+-- - the permits are never emptied before a write or read of them: the
+--   expired ones are reaped last (reap), and a permit given back is taken
+--   out of the set after the grants it makes room for;
+-- - the queue and the seen set, which a script may empty (grant_queued's
+--   LPOP and ZREM, a leaving waiter's LREM and ZREM) and then touch again,
+--   are touched through here, which answers a refusal as the command would
+--   answer on a key that is not there: false (no entry, no score, nothing
+--   removed). Only a write that would make the key anew cannot be done; its
+--   callers say what they do instead.
+
+-- here is redis.call(...), except that a refusal of the key as non local
+-- returns false, true: on the nodes dlock runs on, that can only be a key
+-- this script emptied (every key it declares was there at its start).
+-- Otherwise it returns the reply, false. Any other error is raised as
+-- redis.call would.
+local function here(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'non local key', 1, true) then return false, true end
+    error(r)
+  end
+  return r, false
+end
+
+-- try_again is the answer of a script that must write a key it emptied
+-- (here) on a node that refuses it: the caller's wire sends the script
+-- again, as it does when Redis itself answers TRYAGAIN for keys that a
+-- migration split, until the slot settles. What the script wrote before is
+-- whole in itself (grants, each with its pop and its mark), and every
+-- semaphore script is safe to send again.
+local function try_again()
+  return redis.error_reply('TRYAGAIN the semaphore\'s slot is migrating and a key this script emptied is not on this node')
 end
 
 -- add_permit grants permit id for ttl ms; the permits and the size live at
@@ -72,7 +115,7 @@ end
 -- set's TTL, before extending it, so a mark whose deadline has passed goes
 -- at the set's next extension, or with the set.
 local function drop_marks(now)
-  redis.call('zremrangebyscore', KEYS[4], -now, '(0')
+  here('zremrangebyscore', KEYS[4], -now, '(0')
 end
 
 -- grant_queued gives free permits to queued waiters, first first, while
@@ -114,17 +157,29 @@ end
 local function grant_queued(now, size, held, claim_ms, self, all, self_ttl)
   while true do
     if held >= size and not self and not all then return false, held, true, false end
-    local e = redis.call('lpop', KEYS[3])
+    -- here: an LPOP of this loop, or the caller, may have emptied the
+    -- queue, and a ZREM the seen set (see here).
+    local e = here('lpop', KEYS[3])
     if not e then return false, held, false, true end
     local ticket, ttl, id = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = id and string.match(id, '^(.*):')
     local w = cid and weight(id) or size + 1
     if w <= size and held + w > size then
-      if e == self or tonumber(redis.call('zscore', KEYS[4], e) or '0') > now then
-        if redis.call('lpush', KEYS[3], e) == 1 then
+      if e == self or tonumber(here('zscore', KEYS[4], e) or '0') > now then
+        local n, gone = here('lpush', KEYS[3], e)
+        if gone then
+          -- The LPOP emptied the queue, and the node refuses to make it
+          -- anew (here): the entry stays out, its deadline kept, and its
+          -- waiter is woken as a dropped one is. Its next attempt, whose
+          -- entry is not queued, queues it again once the slot settles,
+          -- first unless a newcomer queued in between. The caller's own
+          -- entry (self) is queued again by the caller, or its call sent
+          -- again (sem_acquire.lua).
+          if e ~= self and cid then redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 0') end
+        elseif n == 1 then
           -- The LPOP emptied the queue and LPUSH made it anew, without a
           -- TTL: it lives as long as its waiters' set (or the entry's TTL).
-          local t = redis.call('pttl', KEYS[4])
+          local t = here('pttl', KEYS[4]) or -2
           if t < 1 then t = tonumber(ttl) end
           redis.call('pexpire', KEYS[3], t)
         end
@@ -134,19 +189,19 @@ local function grant_queued(now, size, held, claim_ms, self, all, self_ttl)
     if w <= size and held + w <= size then
       if e == self then
         if self_ttl then
-          redis.call('zadd', KEYS[4], 'XX', -(now + self_ttl), e)
+          here('zadd', KEYS[4], 'XX', -(now + self_ttl), e)
           -- The set may be the caller's own, just made without a TTL.
-          if redis.call('pttl', KEYS[4]) < self_ttl then
+          if (here('pttl', KEYS[4]) or -2) < self_ttl then
             drop_marks(now)
-            redis.call('pexpire', KEYS[4], self_ttl)
+            here('pexpire', KEYS[4], self_ttl)
           end
         else
-          redis.call('zrem', KEYS[4], e)
+          here('zrem', KEYS[4], e)
         end
         return true, held, false, false
       end
       local claim = math.min(tonumber(ttl), tonumber(claim_ms))
-      redis.call('zadd', KEYS[4], 'XX', -(now + claim), e)
+      here('zadd', KEYS[4], 'XX', -(now + claim), e)
       -- NX: a permit id already granted (a resent call's) is not counted twice.
       if redis.call('zadd', KEYS[1], 'NX', now + claim, id) == 1 then
         keep_pair(tonumber(ttl) + claim)
@@ -154,13 +209,15 @@ local function grant_queued(now, size, held, claim_ms, self, all, self_ttl)
         redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
       end
     else
-      redis.call('zrem', KEYS[4], e)
+      here('zrem', KEYS[4], e)
       if cid then redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 0') end
     end
   end
 end
 
--- reap drops expired permits (their holders crashed or were cut off).
+-- reap drops expired permits (their holders crashed or were cut off). The
+-- scripts reap last, after every other use of the permits: a reap may
+-- empty the set (see here).
 local function reap(now)
   redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 end

@@ -9,19 +9,17 @@
 -- The caller's permit is taken out of the count first and out of the set
 -- last, so that a permit handed on meanwhile finds the set alive and long
 -- enough kept (a set emptied by ZREM would be deleted, and made again
--- without a TTL). Expired permits are not reaped here: held_weight counts
--- only live ones, and the next attempt that waits in the queue reaps them.
--- A hand-off's common case is then TIME, ZRANGEBYSCORE, GET, LPOP, ZREM,
--- ZADD, PTTL, PUBLISH and ZREM.
+-- without a TTL; and, while the slot migrates, refused: sem_lib.lua's
+-- here). Expired permits are not reaped here: held_weight counts only live
+-- ones, and the next attempt that waits in the queue reaps them.
+-- A hand-off's common case is then TIME, GET, ZRANGEBYSCORE, LPOP, ZADD
+-- (the grant mark), ZADD, PTTL, PUBLISH, LPOP (nil, or an emptied queue
+-- refused while the slot migrates) and ZREM.
 local now = now_ms()
 local size = tonumber(redis.call('get', KEYS[2]) or '0')
 local empty
 if size > 0 then
-  local held = 0
-  for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do
-    if id ~= ARGV[1] then held = held + weight(id) end
-  end
-  local _, _, _, none = grant_queued(now, size, held, ARGV[2], nil)
+  local _, _, _, none = grant_queued(now, size, held_weight(now, ARGV[1]), ARGV[2], nil)
   empty = none
 else
   empty = redis.call('exists', KEYS[3]) == 0

@@ -7,9 +7,15 @@
 -- queue TTL. Returns {the old size (0: none), the permits held}.
 local size, qttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = now_ms()
-reap(now)
+-- Expired permits are reaped last (sem_lib.lua's here). The set's TTL
+-- counts only while a live permit is in it: without one, the reap deletes
+-- the set, which then has no TTL to count.
+local held = held_weight(now)
 local old = tonumber(redis.call('get', KEYS[2]) or '0')
-local ttl = math.max(qttl, redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[3]))
+local pt = -2
+if held > 0 then pt = redis.call('pttl', KEYS[1]) end
+local ttl = math.max(qttl, pt, redis.call('pttl', KEYS[3]))
 redis.call('set', KEYS[2], size, 'PX', ttl)
-local _, held = grant_queued(now, size, held_weight(now), ARGV[3], nil, true)
-return {old, held}
+local _, after = grant_queued(now, size, held, ARGV[3], nil, true)
+reap(now)
+return {old, after}
