@@ -434,6 +434,15 @@ func (r *Renewer) settle(b []*Entry) {
 	defer r.mu.Unlock()
 	for _, e := range b {
 		e.inflight = nil
+		if e.again {
+			// Hurried after sort, while the holders were being told: the
+			// reply may predate the Hurry.
+			e.again = false
+			e.due, e.hurry = time.Now(), true
+			if r.hurried.After(e.due) {
+				e.due = r.hurried
+			}
+		}
 		if !e.removed && !r.stopped && (r.wakeAt.IsZero() || e.due.Before(r.wakeAt)) {
 			r.arm(e.due)
 		}

@@ -305,3 +305,39 @@ func TestHurry(t *testing.T) {
 		}
 	})
 }
+
+// hurryingHolder calls Hurry from its first Renewed, as a channel
+// confirmation may come while a call's holders are being told.
+type hurryingHolder struct {
+	r    *Renewer
+	once sync.Once
+}
+
+func (h *hurryingHolder) Renewed(time.Time) { h.once.Do(h.r.Hurry) }
+func (h *hurryingHolder) Lost(int64)        {}
+func (h *hurryingHolder) Failed(error)      {}
+
+// A Hurry that comes after a call's reply was sorted, while its holders
+// are told, still gets a renewal sent after it: the reply may predate it.
+func TestHurryWhileHoldersAreTold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var calls []time.Time
+		run := func(ctx context.Context, batch []*Entry, _ []int64) ([]int64, error) {
+			mu.Lock()
+			calls = append(calls, time.Now())
+			mu.Unlock()
+			return []int64{Held}, nil
+		}
+		r := New(Config{Period: 10 * time.Second, Run: run})
+		defer r.Stop()
+		r.Add(&Entry{Key: "a", TTL: 30 * time.Second, Holder: &hurryingHolder{r: r}}, time.Now())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) != 2 {
+			t.Fatalf("%d calls in the first second, want the first and the one its Hurry asked for", len(calls))
+		}
+	})
+}
