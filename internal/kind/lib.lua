@@ -154,11 +154,17 @@ end
 
 -- hold_alone makes the lock hash hold field alone (count 1), dropping
 -- every other field: the former owners, an election's leader record.
-local function hold_alone(field)
+-- others, when given, names every field the hash may hold but field (a
+-- releasing owner's: itself and 'leader'), dropped with one HDEL: the
+-- hand-off then costs the two commands DEL and HSET did. Without it the
+-- fields are read first (HKEYS).
+local function hold_alone(field, others)
   redis.call('hset', KEYS[1], field, 1)
-  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
-    if f ~= field then redis.call('hdel', KEYS[1], f) end
+  local drop = {}
+  for _, f in ipairs(others or redis.call('hkeys', KEYS[1])) do
+    if f ~= field then drop[#drop + 1] = f end
   end
+  if #drop > 0 then redis.call('hdel', KEYS[1], unpack(drop)) end
 end
 
 -- hand_off passes the lock straight to the first valid waiter in the queue:
@@ -171,7 +177,7 @@ end
 -- When the first entry is self (the caller's own entry), it is popped and
 -- left to the caller. Returns 1 when handed to another waiter, 2 when self was
 -- at the head, 0 when the queue held nobody.
-local function hand_off(claim_ms, fence_ttl, self, e)
+local function hand_off(claim_ms, fence_ttl, self, e, others)
   while true do
     e = e or pop_entry()
     if not e then return 0 end
@@ -179,7 +185,7 @@ local function hand_off(claim_ms, fence_ttl, self, e)
     local ticket, ttl, field = string.match(e, '^(%d+) (%d+) (.+)$')
     local cid = field and string.match(field, '^(.*):')
     if cid then
-      hold_alone(field)
+      hold_alone(field, others)
       -- A waiter that died before its turn must not hold the lock for a whole
       -- lease: the hand-off is valid for the claim window only, and the new
       -- holder extends it as soon as it runs.
@@ -195,9 +201,10 @@ end
 -- release_to_next frees the lock: it hands it straight to the first waiter in
 -- the queue when there is one (the lock never becomes free, so nobody else
 -- retries), or deletes it and publishes Redisson's unlock message '0'. first,
--- when given, is the queue's head, already popped by the caller.
-local function release_to_next(claim_ms, fence_ttl, first)
-  if hand_off(claim_ms, fence_ttl, nil, first) == 0 then
+-- when given, is the queue's head, already popped by the caller; others, as
+-- hold_alone's.
+local function release_to_next(claim_ms, fence_ttl, first, others)
+  if hand_off(claim_ms, fence_ttl, nil, first, others) == 0 then
     redis.call('del', KEYS[1])
     publish(redisson_name('redisson_lock__channel', KEYS[1]), '0')
   end

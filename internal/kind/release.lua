@@ -89,7 +89,7 @@ if handed then
 end
 if first then
   -- The first entry was not a waiter's: hand_off goes on down the queue.
-  release_to_next(ARGV[3], ARGV[4], first)
+  release_to_next(ARGV[3], ARGV[4], first, {ARGV[1], 'leader'})
   return 0
 end
 if not cnt then
@@ -112,5 +112,7 @@ if ARGV[7] and cnt == 1 and expected == 1 and (ARGV[9] ~= '1' or redis.call('lle
   redis.call('pexpire', KEYS[1], ARGV[8])
   return PASSED - reserve_tokens(ARGV[4], tonumber(ARGV[10]))
 end
-release_to_next(ARGV[3], ARGV[4])
+-- The hash holds the releaser's field and an election's leader record at
+-- most (a Mutex's): hand_off drops them without reading the fields.
+release_to_next(ARGV[3], ARGV[4], nil, {ARGV[1], 'leader'})
 return 0
