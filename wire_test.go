@@ -61,7 +61,7 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 	for script, wants := range map[string][]string{
 		"lib.lua":     {"if string.sub(ttl, 1, 2) == '00' then", "local box = KEYS[3] .. '\\31g:' .. field"},
 		"release.lua": {"local pop = string.sub(ttl, 1, 2) == '00'", "local box = pop and KEYS[3] .. '\\31g:' .. field"},
-		"force.lua":   {"redis.pcall('del', KEYS[3] .. '\\31g:' .. f)"},
+		"force.lua":   {"here('del', KEYS[3] .. '\\31g:' .. f)"},
 	} {
 		for _, want := range wants {
 			if !strings.Contains(kind.Source(script), want) {

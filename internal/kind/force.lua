@@ -51,13 +51,8 @@ end
 -- lock as it was.
 if not rw then
   for _, f in ipairs(fields) do
-    local r = redis.pcall('del', KEYS[3] .. '\31g:' .. f)
-    if type(r) == 'table' then
-      if string.find(r.err, 'non local key', 1, true) then
-        return redis.error_reply('TRYAGAIN the lock\'s slot is migrating and a hand-off box is not on this node')
-      end
-      return r
-    end
+    local _, refused = here('del', KEYS[3] .. '\31g:' .. f)
+    if refused then return try_again('a hand-off box') end
   end
 end
 local told = {}

@@ -132,24 +132,15 @@ local function deliver(ticket, ttl, field, cid, tok, claim)
   publish('dlock:client:' .. cid, ticket .. ' ' .. msg)
 end
 
--- While a Cluster slot is MIGRATING, its node refuses a script any key it
--- does not have ("non local key"): one the script never declared, and
--- also one the script itself emptied or deleted. A script runs there only
--- when every key it declares is there at its start, so the hand-off paths
--- below never write a key after deleting it (the lock is made the waiter's
--- by HSET first, then HDEL of the rest), and a queue that an LPOP may have
--- emptied is read with pcall (pop_entry).
+-- On a migrating slot (migrating.lua) the hand-off paths below never write
+-- a key after deleting it (the lock is made the waiter's by HSET first,
+-- then HDEL of the rest), and a queue that an LPOP may have emptied is read
+-- with pcall (pop_entry).
 
--- pop_entry pops the queue's head, or false when it is empty: a refusal
--- of the queue as non local can only mean that this script emptied it.
--- Any other error is raised as redis.call would.
+-- pop_entry pops the queue's head, or false when it is empty (a queue
+-- this script emptied, refused: migrating.lua's here).
 local function pop_entry()
-  local e = redis.pcall('lpop', KEYS[3])
-  if type(e) == 'table' then
-    if string.find(e.err, 'non local key', 1, true) then return false end
-    error(e)
-  end
-  return e
+  return (here('lpop', KEYS[3]))
 end
 
 -- hold_alone makes the lock hash hold field alone (count 1), dropping

@@ -9,13 +9,13 @@
 -- not, {-1} when the caller's hold is gone.
 --
 -- rw_purge may have emptied KEYS[3] and KEYS[4] and deleted KEYS[1], which
--- are touched after it through rw_here (rwlib.lua), and the grant writes
+-- are touched after it through here (rwlib.lua), and the grant writes
 -- the deadline set first: a grant that cannot make the hash or the set anew
--- writes nothing and asks to be sent again (rw_try_again).
+-- writes nothing and asks to be sent again (try_again).
 local now = now_ms()
 rw_purge(now)
 local expected = tonumber(ARGV[4])
-local cnt = rw_here('hget', KEYS[1], ARGV[1])
+local cnt = here('hget', KEYS[1], ARGV[1])
 if cnt then
   cnt = tonumber(cnt)
   if cnt == expected and expected > 0 then
@@ -28,14 +28,14 @@ if cnt then
   return {1, cnt, 0}
 end
 if expected > 0 then return {-1} end
-local exists, deleted = rw_here('exists', KEYS[1])
+local exists, deleted = here('exists', KEYS[1])
 local free = deleted or exists == 0
 local mode = not free and redis.call('hget', KEYS[1], 'mode')
 -- A new reader joins readers only while no writer waits; the writer itself
 -- may take the read side (downgrade).
-if ((free or mode == 'read') and (rw_here('zcard', KEYS[4]) or 0) == 0)
+if ((free or mode == 'read') and (here('zcard', KEYS[4]) or 0) == 0)
    or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-  if deleted or not rw_track(ARGV[1], now, ARGV[3]) then return rw_try_again() end
+  if deleted or not rw_track(ARGV[1], now, ARGV[3]) then return try_again('a key this script emptied') end
   if free then redis.call('hset', KEYS[1], 'mode', 'read') end
   if mode == 'write' then
     -- A downgrade: the hash's TTL is about to cover the read hold too, so

@@ -2,11 +2,11 @@
 -- when no other writer waits, readers it held back are woken.
 -- ARGV[1] owner. Returns 1 when readers were woken.
 -- rw_purge, and the ZREM, may empty KEYS[4], and rw_purge delete KEYS[1]:
--- read through rw_here (rwlib.lua), a key this script emptied answers as
+-- read through here (rwlib.lua), a key this script emptied answers as
 -- a missing one.
 rw_purge(now_ms())
-if (rw_here('zrem', KEYS[4], ARGV[1]) or 0) == 1 and (rw_here('zcard', KEYS[4]) or 0) == 0
-   and rw_here('hget', KEYS[1], 'mode') ~= 'write' then
+if (here('zrem', KEYS[4], ARGV[1]) or 0) == 1 and (here('zcard', KEYS[4]) or 0) == 0
+   and here('hget', KEYS[1], 'mode') ~= 'write' then
   publish(rw_channel(), '1')
   return 1
 end

@@ -16,47 +16,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- While a Cluster slot is MIGRATING, its node runs a script only when every
--- key the script declares is there at its start, and then refuses it, as
--- "non local key", any key the node does not have: also one the script
--- itself emptied. A refusal raised by redis.call would abort the script
--- with its earlier writes kept. rw_purge may empty the deadline set and the
--- waiting writers, and delete the lock hash; rwunlock's ZREM of the
+-- On a migrating slot (migrating.lua): rw_purge may empty the deadline set
+-- and the waiting writers, and delete the lock hash; rwunlock's ZREM of the
 -- caller's deadline may empty the deadline set. So every script touches
--- those keys after that point through rw_here, which reads a refusal as the
+-- those keys after that point through here, which reads a refusal as the
 -- command's answer on a missing key; a write that would make such a key
--- anew cannot be done there, and its script answers rw_try_again, having
+-- anew cannot be done there, and its script answers try_again, having
 -- written nothing but rw_purge's removals (each of which a resend finds
 -- done already).
-
--- rw_here is redis.call(...), except that a refusal of the key as non
--- local returns false, true: on the nodes dlock runs on, that can only be a
--- key this script emptied or deleted (every key it declares was there at
--- its start). Otherwise it returns the reply, false. Any other error is
--- raised as redis.call would. Callers read false as a missing key's answer
--- (nil, 0, an empty array, PTTL -2).
-local function rw_here(...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if string.find(r.err, 'non local key', 1, true) then return false, true end
-    error(r)
-  end
-  return r, false
-end
-
--- rw_try_again is the answer of a script that must write a key it emptied
--- (rw_here) on a node that refuses it: the wire sends the call again, as it
--- does when Redis itself answers TRYAGAIN for keys a migration split, until
--- the slot settles. The script has written only rw_purge's removals by
--- then, so the resend runs as the first send would have.
-local function rw_try_again()
-  return redis.error_reply('TRYAGAIN the lock\'s slot is migrating and a key this script emptied is not on this node')
-end
 
 -- rw_purge drops the read holds whose deadline passed (their owner crashed or
 -- stopped renewing: each share ends by its own deadline, whoever else renews)
 -- and the waiting writers that stopped re-checking. It may empty KEYS[3]
--- and KEYS[4] and delete KEYS[1] (see rw_here). Within it nothing is
+-- and KEYS[4] and delete KEYS[1] (see here). Within it nothing is
 -- touched after it is emptied: the hash keeps 'mode' until the DEL.
 local function rw_purge(now)
   local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
@@ -84,10 +56,10 @@ end
 
 -- rw_track records a read hold's deadline (never moving it earlier), and
 -- is the read grant's first write: false, nothing written, when the node
--- refuses the deadline set that rw_purge emptied (rw_here). rw_keep then
+-- refuses the deadline set that rw_purge emptied (here). rw_keep then
 -- keeps the set, and the hash, alive at least as long.
 local function rw_track(owner, now, ttl)
-  local _, gone = rw_here('zadd', KEYS[3], 'GT', now + tonumber(ttl), owner)
+  local _, gone = here('zadd', KEYS[3], 'GT', now + tonumber(ttl), owner)
   return not gone
 end
 
@@ -100,11 +72,11 @@ end
 
 -- rw_shrink fits the hash's TTL to its latest read deadline once only
 -- tracked readers are left in it. Its caller's ZREM may have emptied the
--- deadline set (rw_here): then readers are left that it does not track
+-- deadline set (here): then readers are left that it does not track
 -- (Redisson's), and the TTL stays.
 local function rw_shrink(now)
   if redis.call('hget', KEYS[1], 'mode') ~= 'read' then return end
-  if redis.call('hlen', KEYS[1]) - 1 ~= (rw_here('zcard', KEYS[3]) or 0) then return end
+  if redis.call('hlen', KEYS[1]) - 1 ~= (here('zcard', KEYS[3]) or 0) then return end
   local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
   if last[2] then redis.call('pexpire', KEYS[1], math.max(tonumber(last[2]) - now, 1)) end
 end
@@ -113,8 +85,8 @@ end
 -- hash's TTL ends or the earliest deadline in the set (a reader's share, a
 -- downgraded writer's hold) passes, whichever comes first.
 local function rw_wait(now)
-  local ttl = rw_here('pttl', KEYS[1]) or -2
-  local first = rw_here('zrange', KEYS[3], 0, 0, 'withscores') or {}
+  local ttl = here('pttl', KEYS[1]) or -2
+  local first = here('zrange', KEYS[3], 0, 0, 'withscores') or {}
   if first[2] then ttl = math.min(ttl, math.max(tonumber(first[2]) - now, 1)) end
   return ttl
 end

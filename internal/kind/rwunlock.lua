@@ -14,12 +14,12 @@
 --
 -- rw_purge may have deleted KEYS[1] (every hold in it ended: the caller's
 -- is gone too) and emptied KEYS[3], and the ZREM of the caller's deadline
--- may empty KEYS[3]: they are touched after that through rw_here
+-- may empty KEYS[3]: they are touched after that through here
 -- (rwlib.lua), so that a MIGRATING node's refusal of a key the script
 -- emptied never aborts a release half-done, its message unsent.
 local now = now_ms()
 rw_purge(now)
-local cnt = rw_here('hget', KEYS[1], ARGV[1])
+local cnt = here('hget', KEYS[1], ARGV[1])
 local expected = tonumber(ARGV[2])
 if not cnt then
   return {0, why_gone(KEYS[2], KEYS[5], ARGV[1], ARGV[5], ARGV[6])}
@@ -32,7 +32,7 @@ if ARGV[3] ~= '1' then
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 -- Either side's deadline (a downgraded writer has one too).
-rw_here('zrem', KEYS[3], ARGV[1])
+here('zrem', KEYS[3], ARGV[1])
 if ARGV[4] == 'r' then
   if redis.call('hlen', KEYS[1]) <= 1 then
     redis.call('del', KEYS[1])

@@ -22,8 +22,13 @@ import (
 )
 
 var (
+	//go:embed migrating.lua
+	luaMigrating string
 	//go:embed lib.lua
-	luaLib string
+	luaLibOwn string
+	// luaLib is what the Mutex's, the read-write lock's and the renewal's
+	// scripts are given: the migration helpers, then lib.lua.
+	luaLib = luaMigrating + luaLibOwn
 	//go:embed renew.lua
 	luaRenew string
 
@@ -110,13 +115,14 @@ func flag(b bool) any {
 
 // Source returns the embedded Lua file by its name ("acquire.lua"), as the
 // tests that hold the scripts and the Go side together read it; "" for an
-// unknown name.
+// unknown name. A library ("lib.lua", "sem_lib.lua") comes as the scripts
+// are given it: after migrating.lua, which it builds on.
 func Source(file string) string {
 	return map[string]string{
-		"lib.lua": luaLib, "renew.lua": luaRenew,
+		"migrating.lua": luaMigrating, "lib.lua": luaLib, "renew.lua": luaRenew,
 		"acquire.lua": luaAcquire, "release.lua": luaRelease, "leave.lua": luaLeave, "force.lua": luaForce,
 		"rwlib.lua": luaRWLib, "rwlock.lua": luaRWLock, "rlock.lua": luaRLock, "rwunlock.lua": luaRWUnlock, "rwleave.lua": luaRWLeave,
-		"sem_lib.lua": luaSemLib, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
+		"sem_lib.lua": luaSem, "sem_acquire.lua": luaSemAcquire, "sem_release.lua": luaSemRelease, "sem_leave.lua": luaSemLeave,
 		"sem_resize.lua": luaSemResize, "sem_available.lua": luaSemAvailable,
 		"election_announce.lua": luaAnnounce, "latch_set.lua": luaLatchSet, "latch_down.lua": luaLatchDown,
 	}[file]

@@ -126,7 +126,7 @@ if entry ~= '' then
   end
   if gone then
     reap(now)
-    return try_again()
+    return try_again('a key this script emptied')
   end
   if not at then redis.call('rpush', KEYS[3], entry) end
   redis.call('pexpire', KEYS[3], qttl)

@@ -43,12 +43,9 @@ local function held_weight(now, except)
   return held
 end
 
--- While a Cluster slot is MIGRATING, its node runs a script only when every
--- key the script declares is there at its start, and then refuses it, as
--- "non local key", any key the node does not have: also one the script
--- itself emptied (an LPOP of the last entry, a ZREM of the last member, a
--- reap of the last permits delete their key). A refusal raised by
--- redis.call would abort the script with its earlier writes kept. So:
+-- On a migrating slot (migrating.lua), a key the script emptied (an LPOP of
+-- the last entry, a ZREM of the last member, a reap of the last permits)
+-- is refused. So:
 -- - the permits are never emptied before a write or read of them: the
 --   expired ones are reaped last (reap), and a permit given back is taken
 --   out of the set after the grants it makes room for;
@@ -58,30 +55,6 @@ end
 --   answer on a key that is not there: false (no entry, no score, nothing
 --   removed). Only a write that would make the key anew cannot be done; its
 --   callers say what they do instead.
-
--- here is redis.call(...), except that a refusal of the key as non local
--- returns false, true: on the nodes dlock runs on, that can only be a key
--- this script emptied (every key it declares was there at its start).
--- Otherwise it returns the reply, false. Any other error is raised as
--- redis.call would.
-local function here(...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if string.find(r.err, 'non local key', 1, true) then return false, true end
-    error(r)
-  end
-  return r, false
-end
-
--- try_again is the answer of a script that must write a key it emptied
--- (here) on a node that refuses it: the caller's wire sends the script
--- again, as it does when Redis itself answers TRYAGAIN for keys that a
--- migration split, until the slot settles. What the script wrote before is
--- whole in itself (grants, each with its pop and its mark), and every
--- semaphore script is safe to send again.
-local function try_again()
-  return redis.error_reply('TRYAGAIN the semaphore\'s slot is migrating and a key this script emptied is not on this node')
-end
 
 -- add_permit grants permit id for ttl ms; the permits and the size live at
 -- least as long as it.

@@ -18,6 +18,9 @@ import (
 var (
 	//go:embed sem_lib.lua
 	luaSemLib string
+	// luaSem is what every semaphore script is given: the migration
+	// helpers, then sem_lib.lua.
+	luaSem = luaMigrating + luaSemLib
 	//go:embed sem_acquire.lua
 	luaSemAcquire string
 	//go:embed sem_release.lua
@@ -29,11 +32,11 @@ var (
 	//go:embed sem_available.lua
 	luaSemAvailable string
 
-	scriptSemAcquire   = script(luaSemLib + luaSemAcquire)
-	scriptSemRelease   = script(luaSemLib + luaSemRelease)
-	scriptSemLeave     = script(luaSemLib + luaSemLeave)
-	scriptSemResize    = script(luaSemLib + luaSemResize)
-	scriptSemAvailable = script(luaSemLib + luaSemAvailable)
+	scriptSemAcquire   = script(luaSem + luaSemAcquire)
+	scriptSemRelease   = script(luaSem + luaSemRelease)
+	scriptSemLeave     = script(luaSem + luaSemLeave)
+	scriptSemResize    = script(luaSem + luaSemResize)
+	scriptSemAvailable = script(luaSem + luaSemAvailable)
 )
 
 // semTooMany is sem_acquire.lua's answer when a permit asks for more
