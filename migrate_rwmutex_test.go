@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,22 +31,14 @@ func rwKeys(ks keys.Set) []string {
 // source has no TTL.
 func (m *migrationEnv) rwAllExpire(t *testing.T, ctx context.Context) {
 	t.Helper()
-	for _, k := range rwKeys(m.ks) {
-		v, err := m.semDo(ctx, "PTTL", k)
-		if err != nil {
-			t.Fatalf("PTTL %s: %v", k, err)
-		}
-		if n, _ := v.(int64); n == -1 {
-			t.Fatalf("%s has no TTL", k)
-		}
-	}
+	m.allExpire(t, ctx, rwKeys(m.ks)...)
 }
 
 // rwHash is the lock hash on the source, its fields joined sorted:
 // "field=value ...", "" when it is not there.
 func (m *migrationEnv) rwHash(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	v, err := m.semDo(ctx, "HGETALL", m.name)
+	v, err := m.sourceDo(ctx, "HGETALL", m.name)
 	if err != nil {
 		t.Fatalf("HGETALL on %s: %v", m.from.Addr(), err)
 	}
@@ -233,17 +224,8 @@ func TestMigratingSlotRWScripts(t *testing.T) {
 			m := newMigrationEnv(cl, name)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			do := func(args ...any) any {
-				t.Helper()
-				v, err := m.from.Do(ctx, args...)
-				if err != nil {
-					t.Fatalf("%v: %v", args, err)
-				}
-				return v
-			}
-			tv := do("TIME").([]any)
-			sec, _ := strconv.ParseInt(tv[0].(string), 10, 64)
-			usec, _ := strconv.ParseInt(tv[1].(string), 10, 64)
+			do := func(args ...any) any { t.Helper(); return m.mustDo(t, ctx, args...) }
+			sec, usec := m.serverTime(t, ctx)
 			// The counter's value, and a release's token: a second ahead of
 			// the clock, so that why_gone does not take the keys written
 			// after TIME for a sequence begun after the token.

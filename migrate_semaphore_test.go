@@ -19,9 +19,9 @@ import (
 // after removing its last member, the permits after reaping the last ones.
 // Such a refusal used to abort the script with its earlier writes kept.
 
-// semDo sends a command to the source; a key it does not have (it
+// sourceDo sends a command to the source; a key it does not have (it
 // answers ASK while the slot migrates) reads as missing: nil.
-func (m *migrationEnv) semDo(ctx context.Context, args ...any) (any, error) {
+func (m *migrationEnv) sourceDo(ctx context.Context, args ...any) (any, error) {
 	v, err := m.from.Do(ctx, args...)
 	if err != nil && strings.HasPrefix(err.Error(), "ASK ") {
 		return nil, nil
@@ -29,10 +29,43 @@ func (m *migrationEnv) semDo(ctx context.Context, args ...any) (any, error) {
 	return v, err
 }
 
+// mustDo sends a command to the source and fails the test on an error.
+func (m *migrationEnv) mustDo(t *testing.T, ctx context.Context, args ...any) any {
+	t.Helper()
+	v, err := m.from.Do(ctx, args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return v
+}
+
+// serverTime is the source's clock (TIME): seconds and microseconds.
+func (m *migrationEnv) serverTime(t *testing.T, ctx context.Context) (sec, usec int64) {
+	t.Helper()
+	tv := m.mustDo(t, ctx, "TIME").([]any)
+	sec, _ = strconv.ParseInt(tv[0].(string), 10, 64)
+	usec, _ = strconv.ParseInt(tv[1].(string), 10, 64)
+	return sec, usec
+}
+
+// allExpire fails the test when one of keys on the source has no TTL.
+func (m *migrationEnv) allExpire(t *testing.T, ctx context.Context, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		v, err := m.sourceDo(ctx, "PTTL", k)
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", k, err)
+		}
+		if n, _ := v.(int64); n == -1 {
+			t.Fatalf("%s has no TTL", k)
+		}
+	}
+}
+
 // semZset is a sorted set on the source: member -> score.
 func (m *migrationEnv) semZset(t *testing.T, ctx context.Context, key string) map[string]float64 {
 	t.Helper()
-	v, err := m.semDo(ctx, "ZRANGE", key, 0, -1, "WITHSCORES")
+	v, err := m.sourceDo(ctx, "ZRANGE", key, 0, -1, "WITHSCORES")
 	if err != nil {
 		t.Fatalf("ZRANGE %s on %s: %v", key, m.from.Addr(), err)
 	}
@@ -51,7 +84,7 @@ func (m *migrationEnv) semZset(t *testing.T, ctx context.Context, key string) ma
 // semQueue is the semaphore's queue on the source.
 func (m *migrationEnv) semQueue(t *testing.T, ctx context.Context, sk keys.SemaphoreSet) []string {
 	t.Helper()
-	v, err := m.semDo(ctx, "LRANGE", sk.Queue, 0, -1)
+	v, err := m.sourceDo(ctx, "LRANGE", sk.Queue, 0, -1)
 	if err != nil {
 		t.Fatalf("LRANGE the queue on %s: %v", m.from.Addr(), err)
 	}
@@ -67,15 +100,7 @@ func (m *migrationEnv) semQueue(t *testing.T, ctx context.Context, sk keys.Semap
 // source has no TTL.
 func (m *migrationEnv) semAllExpire(t *testing.T, ctx context.Context, sk keys.SemaphoreSet) {
 	t.Helper()
-	for _, k := range []string{sk.Permits, sk.Size, sk.Queue, sk.Seen} {
-		v, err := m.semDo(ctx, "PTTL", k)
-		if err != nil {
-			t.Fatalf("PTTL %s: %v", k, err)
-		}
-		if n, _ := v.(int64); n == -1 {
-			t.Fatalf("%s has no TTL", k)
-		}
-	}
+	m.allExpire(t, ctx, sk.Permits, sk.Size, sk.Queue, sk.Seen)
 }
 
 // permitWeight is the weight of permit id (keys.PermitID).
@@ -120,7 +145,7 @@ func awaitPermit(t *testing.T, got <-chan acquired, within time.Duration, msg st
 func (m *migrationEnv) semWaitQueue(t *testing.T, ctx context.Context, sk keys.SemaphoreSet, n int) {
 	t.Helper()
 	waitFor(t, "the semaphore's waiters to queue", func() bool {
-		v, err := m.semDo(ctx, "LLEN", sk.Queue)
+		v, err := m.sourceDo(ctx, "LLEN", sk.Queue)
 		return err == nil && v == int64(n)
 	})
 }
@@ -344,16 +369,8 @@ func TestMigratingSlotSemaphoreScripts(t *testing.T) {
 			sk := keys.Semaphore(name)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			do := func(args ...any) any {
-				t.Helper()
-				v, err := m.from.Do(ctx, args...)
-				if err != nil {
-					t.Fatalf("%v: %v", args, err)
-				}
-				return v
-			}
-			tv := do("TIME").([]any)
-			sec, _ := strconv.ParseInt(tv[0].(string), 10, 64)
+			do := func(args ...any) any { t.Helper(); return m.mustDo(t, ctx, args...) }
+			sec, _ := m.serverTime(t, ctx)
 			now := sec * 1000
 			for id, exp := range tc.permits {
 				if exp == 0 {

@@ -60,6 +60,16 @@ func (w *tokenWorld) raise(_ context.Context, _ string, tok uint64) error {
 	return nil
 }
 
+// tiers are Tiers over w: a quarantine of 10 ms, a recovery window of 50 ms.
+func (w *tokenWorld) tiers() *Tiers {
+	return New(Config{
+		Fallback: w, Breaker: closedBreaker{}, Quarantine: 10 * time.Millisecond, Recovery: 50 * time.Millisecond,
+		ClientID: "c", Watchdog: 10 * time.Millisecond, Redis: w.redis, Raise: w.raise,
+		Detach: func(f func(context.Context)) { go f(context.Background()) },
+		Logger: slog.New(slog.DiscardHandler),
+	})
+}
+
 func (w *tokenWorld) set(f func(w *tokenWorld)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -74,12 +84,7 @@ func (w *tokenWorld) set(f func(w *tokenWorld)) {
 // and lifting again, until a lift succeeded. Tokens seen by fn only grow.
 func TestFailedRaiseKeepsTokensIncreasing(t *testing.T) {
 	w := &tokenWorld{}
-	tiers := New(Config{
-		Fallback: w, Breaker: closedBreaker{}, Quarantine: 10 * time.Millisecond, Recovery: 50 * time.Millisecond,
-		ClientID: "c", Watchdog: 10 * time.Millisecond, Redis: w.redis, Raise: w.raise,
-		Detach: func(f func(context.Context)) { go f(context.Background()) },
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	tiers := w.tiers()
 	var seen []uint64
 	var backends []string
 	lock := func() {
@@ -129,12 +134,7 @@ func TestFailedRaiseKeepsTokensIncreasing(t *testing.T) {
 // now every fallback grant leaves a lift owed for its name.
 func TestFallbackGrantOwesALift(t *testing.T) {
 	w := &tokenWorld{}
-	tiers := New(Config{
-		Fallback: w, Breaker: closedBreaker{}, Quarantine: 10 * time.Millisecond, Recovery: 50 * time.Millisecond,
-		ClientID: "c", Watchdog: 10 * time.Millisecond, Redis: w.redis, Raise: w.raise,
-		Detach: func(f func(context.Context)) { go f(context.Background()) },
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	tiers := w.tiers()
 	var seen []uint64
 	lock := func() {
 		t.Helper()
