@@ -39,7 +39,7 @@ func (r *Renewer) Hurry() {
 		if e.inflight != nil {
 			e.again = true
 		} else if e.due.After(at) {
-			e.due, e.hurry = at, true
+			e.due, e.Hurried = at, true
 		}
 	}
 	if r.wakeAt.IsZero() || at.Before(r.wakeAt) {

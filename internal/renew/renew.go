@@ -62,15 +62,14 @@ type Entry struct {
 	// aside: the Renewer writes it after each call, and Func may read it
 	// during one.
 	Renewals int
-	// Hurried says that the call carrying the entry was asked for by Hurry
-	// rather than due: it confirms the hold, and says nothing of its age
-	// (a hold granted a moment ago is no long hold). The Renewer writes it
-	// before each call, and Func may read it during one.
+	// Hurried says that the entry's next call (or the one in flight) was
+	// asked for by Hurry rather than due: it confirms the hold, and says
+	// nothing of its age (a hold granted a moment ago is no long hold). The
+	// Renewer writes it between calls, and Func may read it during one.
 	Hurried bool
 
 	due      time.Time
 	again    bool // Hurry came while a call carried the entry: renew it again at once
-	hurry    bool // the entry's next call is Hurry's
 	removed  bool
 	inflight chan struct{} // closed when the call carrying this entry returns
 }
@@ -296,7 +295,6 @@ func (r *Renewer) collect(now time.Time) [][]*Entry {
 			done := make(chan struct{})
 			for _, e := range b {
 				e.inflight = done
-				e.Hurried, e.hurry = e.hurry, false
 			}
 			out = append(out, b)
 		}
@@ -345,8 +343,8 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 	r.mu.Lock()
 	done := b[0].inflight
 	for i, e := range b {
-		again := e.again
-		e.again = false
+		hurried := e.Hurried
+		e.Hurried = false
 		if e.removed {
 			// Removed while the call was in flight (a release waits for it):
 			// a renewal that found the lock held still vouches for it.
@@ -362,18 +360,11 @@ func (r *Renewer) sort(b []*Entry, codes []int64, err error, sent time.Time) (re
 			e.due = time.Now().Add(min(r.cfg.Period/4, time.Second))
 			failed = append(failed, e)
 		case codes[i] == Held:
-			if !e.Hurried {
+			if !hurried {
 				e.Renewals++
 			}
 			renewed = append(renewed, e)
 			e.due = sent.Add(r.cfg.Period)
-			if again {
-				// Hurried while in flight: again once the Hurry is due.
-				e.due, e.hurry = time.Now(), true
-				if r.hurried.After(e.due) {
-					e.due = r.hurried
-				}
-			}
 		default:
 			e.removed = true
 			delete(r.entries, e)
@@ -393,12 +384,15 @@ func (r *Renewer) settle(b []*Entry) {
 	for _, e := range b {
 		e.inflight = nil
 		if e.again {
-			// Hurried after sort, while the holders were being told: the
-			// reply may predate the Hurry.
 			e.again = false
-			e.due, e.hurry = time.Now(), true
-			if r.hurried.After(e.due) {
-				e.due = r.hurried
+			if !e.removed {
+				// Hurried while the call was in flight or its holders were
+				// told: its reply may predate the Hurry, so again once the
+				// Hurry is due.
+				e.due, e.Hurried = time.Now(), true
+				if r.hurried.After(e.due) {
+					e.due = r.hurried
+				}
 			}
 		}
 		if !e.removed && !r.stopped && (r.wakeAt.IsZero() || e.due.Before(r.wakeAt)) {
