@@ -27,8 +27,10 @@ type Client struct {
 // stays owned by the caller and is not closed by Close. Over a plain
 // *redis.Client, a call made while few callers are active (fewer than four
 // calls in flight, and lately) goes out on one of up to four connections of
-// the Client's own, dialed from rdb's options as they are first needed and
-// unseen by its hooks (WithOwnConnection).
+// the Client's own, and the calls of more callers on one more, the pipe,
+// which carries them all at once without waiting for replies; these are
+// dialed from rdb's options as they are first needed and unseen by its
+// hooks (WithOwnConnection).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)

@@ -188,3 +188,12 @@ func gateWaiters(m *Mutex) int { return m.hd.GateWaiters() }
 
 // holderField is the owner field of m's current lease in Redis, or "".
 func holderField(m *Mutex) string { return m.hd.Owner() }
+
+// PipingForTest reports whether c's pipe has a connection in use.
+func PipingForTest(c *Client) bool { return c.wire().Piping() }
+
+// PipeCallsForTest returns how many calls c's pipe has written.
+func PipeCallsForTest(c *Client) int64 {
+	_, calls := c.wire().PipeStats()
+	return calls
+}

@@ -41,8 +41,9 @@ func defaultConfig() config {
 
 // WithOwnConnection(false) sends every call through the go-redis client
 // given to New, so that its hooks (tracing, metrics) see every one. By
-// default a call made while few callers are active takes one of the
-// Client's own connections over a plain *redis.Client (see New).
+// default, over a plain *redis.Client, a call made while few callers are
+// active takes one of the Client's own connections, and the calls of many
+// take the Client's pipe, one more connection of its own (see New).
 func WithOwnConnection(on bool) Option {
 	return func(c *config) error { c.SharedConnOnly = !on; return nil }
 }

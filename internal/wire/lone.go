@@ -79,8 +79,8 @@ const Lones = 4
 // newLones returns the lone connections' state for rdb, or nil when rdb is
 // not a plain *redis.Client.
 func newLones(rdb redis.UniversalClient) []*lone {
-	c, ok := rdb.(*redis.Client)
-	if !ok || c.Options().Addr == "FailoverClient" {
+	c := ownable(rdb)
+	if c == nil {
 		return nil
 	}
 	ls := make([]*lone, Lones)
@@ -93,12 +93,21 @@ func newLones(rdb redis.UniversalClient) []*lone {
 // newLone returns one lone connection's state, dialed as c dials.
 func newLone(c *redis.Client) *lone {
 	l := &lone{}
+	l.rdb = ownClient(c, func(cn net.Conn) { l.netConn.Store(&cn) })
+	return l
+}
+
+// ownClient returns a go-redis client of one connection dialed as c dials
+// (its address, TLS, AUTH and SELECT), for a connection the Wire holds
+// itself; dialed is given each net.Conn it dials, so that the Wire can
+// close it under a call (ctx is law) or read and write it itself (pipe.go).
+func ownClient(c *redis.Client, dialed func(net.Conn)) *redis.Client {
 	opt := *c.Options()
 	dial := opt.Dialer
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cn, err := dial(ctx, network, addr)
 		if err == nil {
-			l.netConn.Store(&cn)
+			dialed(cn)
 		}
 		return cn, err
 	}
@@ -115,14 +124,13 @@ func newLone(c *redis.Client) *lone {
 		opt.WriteTimeout = time.Minute
 	}
 	// Its pushes (maintenance notices) are the go-redis client's to
-	// follow: the lone connection only fails over to the batcher. RESP2
+	// follow: the Wire's connection only fails over to the batcher. RESP2
 	// has none, so go-redis does not look for them (a syscall) before
 	// each call; the scripts' replies are the same in both.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opt.Protocol = 2
 	opt.ContextTimeoutEnabled = true // a dial or a wait for the connection honours ctx
-	l.rdb = redis.NewClient(&opt)
-	return l
+	return redis.NewClient(&opt)
 }
 
 // tryLone sends cl on the caller's goroutine if a lone connection is ready
@@ -201,13 +209,10 @@ func (w *Wire) sendLone(ctx context.Context, l *lone, cl *Call) (left bool, err 
 		w.batch.delivered(1)
 		return false, nil
 	}
-	// It may have run, so it must not be dropped.
-	cl.Droppable = false
-	// The batcher resends it and the caller waits for that as for any
-	// call: if its ctx is done, the resend's reply goes to the call's Undo.
-	cl.state.Store(queued)
-	cl.Cmd.SetErr(nil)
-	expectReply(cl.Cmd)
+	// It may have run, so it must not be dropped. The batcher resends it
+	// and the caller waits for that as for any call: if its ctx is done,
+	// the resend's reply goes to the call's Undo.
+	requeue(cl, true)
 	w.batch.enqueue(cl, 0)
 	return w.wait(ctx, cl)
 }

@@ -1,9 +1,11 @@
 // Package wire carries one Client's commands to Redis and back. It owns
 // three things and knows nothing of locks:
 //
-//   - batching: the calls of many goroutines that wait at the same moment go
-//     out as one pipelined round trip, and a call that finds fewer than
-//     Lones others in flight goes out on its caller's goroutine (lone.go);
+//   - batching: a call that finds fewer than Lones others in flight goes
+//     out on its caller's goroutine (lone.go); the calls of many goroutines
+//     go out together, continuously on the Wire's own pipe (pipe.go) when
+//     it has one, else as pipelined round trips through go-redis
+//     (batcher.go);
 //   - ctx is law: a caller waits for its call's reply or its ctx, whichever
 //     comes first, and what the call may have done is undone in the
 //     background, bounded by the cleanup timeout, by the Undo
@@ -35,6 +37,7 @@ type Wire struct {
 	batch   batcher // every call, or a Cluster's before its slot map is known
 	nodes   *nodes  // a Cluster's batcher per master (nodes.go); nil otherwise
 	lones   []*lone // nil: every call goes through a batcher
+	pipe    *pipe   // nil: calls of many callers go through batch workers
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
 }
@@ -46,6 +49,7 @@ func New(rdb redis.UniversalClient, cleanup time.Duration, own bool) *Wire {
 	w := &Wire{rdb: rdb, cleanup: cleanup}
 	if own {
 		w.lones = newLones(rdb)
+		w.pipe = newPipe(rdb)
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		w.nodes = &nodes{cc: cc}

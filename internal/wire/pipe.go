@@ -1,0 +1,410 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pipe carries the calls of many concurrent callers on one connection of
+// the Wire's own, continuously: its writer writes whatever calls are queued
+// as soon as it can, without waiting for the replies of what it wrote, and
+// its reader reads replies as they come and hands each to its caller, in
+// the order the calls were written (Redis answers a connection's commands
+// in order). Redis's socket then rarely runs dry while callers wait, where
+// the batch workers kept at most two round trips in flight and left Redis
+// and the client taking turns (issue 31: sixteen goroutines kept only 1.4
+// of two cores busy).
+//
+// The calls of few callers go lone (lone.go) and the pipe takes the rest
+// once its connection is ready; until then, and whenever it is not (a
+// broken connection being redialed), the batch workers send them through
+// go-redis as before. Only a plain *redis.Client with WithOwnConnection
+// gets a pipe, as it gets lone connections, and only calls whose command
+// the pipe's codec writes and reads (resp.go's pipeable) use it.
+//
+// ctx is law as for every call: a caller waits in Wire.wait. A reply that
+// does not come within the read timeout (go-redis's, one minute when
+// disabled) after its call was written ends the connection; every call
+// written on it and not answered is then resent through go-redis, and its
+// caller, or its Undo, gets that reply (every call sent through Do is safe
+// to resend).
+type pipe struct {
+	rdb      *redis.Client // one connection, dialed and initialised (AUTH, SELECT) by go-redis
+	dialed   atomic.Pointer[net.Conn]
+	cur      atomic.Pointer[pconn] // the connection in use; nil: none ready
+	lastDial atomic.Int64          // when redial last started, Unix ns
+	stopped  atomic.Bool
+	wake     chan struct{} // the writer's wake-up; one token at most
+	// writes and calls count the pipe's writes and the calls they
+	// carried; conns the connections it put in use.
+	writes, calls, conns atomic.Int64
+	// readTimeout and writeTimeout bound how long a written call waits for
+	// its reply, and a write for the socket.
+	readTimeout, writeTimeout time.Duration
+}
+
+// pconn is one connection of a pipe: each redial makes a new one.
+type pconn struct {
+	rc  *redis.Conn // go-redis's hold of the connection, closed with it
+	nc  net.Conn
+	br  *bufio.Reader // the reader's
+	buf []byte        // the writer's
+
+	mu sync.Mutex
+	// inflight are the calls written and not yet answered, oldest first
+	// from head, with the time each was written.
+	inflight []written
+	head     int
+	closed   bool          // no call is written on it any more
+	more     chan struct{} // wakes the reader waiting for a call to be written
+	waiting  bool          // the reader waits on more
+}
+
+type written struct {
+	cl *Call
+	at time.Time
+}
+
+// newPipe returns the pipe of rdb, or nil when rdb gets none.
+func newPipe(rdb redis.UniversalClient) *pipe {
+	c := ownable(rdb)
+	if c == nil {
+		return nil
+	}
+	p := &pipe{wake: make(chan struct{}, 1)}
+	p.rdb = ownClient(c, func(cn net.Conn) { p.dialed.Store(&cn) })
+	opt := p.rdb.Options()
+	p.readTimeout, p.writeTimeout = opt.ReadTimeout, opt.WriteTimeout
+	return p
+}
+
+// ownable returns rdb as a plain *redis.Client whose connections the Wire
+// may dial itself, or nil: a Cluster's, a Ring's or a Sentinel failover
+// client's calls follow topology that a connection of its own would not.
+func ownable(rdb redis.UniversalClient) *redis.Client {
+	c, ok := rdb.(*redis.Client)
+	if !ok || c.Options().Addr == "FailoverClient" {
+		return nil
+	}
+	return c
+}
+
+// writeLoop is the pipe's writer: it takes the batcher's queue whenever
+// the pipe is in use and writes it. It returns once the batcher stops.
+func (p *pipe) writeLoop(b *batcher) {
+	var batch []*Call
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 || !b.piping {
+			if b.stopped {
+				b.mu.Unlock()
+				return
+			}
+			b.pipeIdle = true
+			b.mu.Unlock()
+			<-p.wake
+			// Let the callers the reader just handed replies to queue
+			// their next calls first, so that they share this write: a
+			// write() on loopback runs Redis's side of the socket too, and
+			// a write per call or two (64 goroutines sending PINGs: 2.5
+			// calls per write without this, 23 with it) halved the calls
+			// per second.
+			runtime.Gosched()
+			b.mu.Lock()
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+		p.write(b, batch)
+		clear(batch)
+	}
+}
+
+// write writes batch on the current connection. Calls the pipe cannot
+// carry, and every call when no connection is in use, go through go-redis.
+func (p *pipe) write(b *batcher, batch []*Call) {
+	c := p.cur.Load()
+	var other []*Call
+	n := 0
+	for _, cl := range batch {
+		if c == nil || !pipeable(cl.Cmd) {
+			other = append(other, cl)
+			continue
+		}
+		if !cl.state.CompareAndSwap(queued, sent) && cl.Droppable {
+			b.delivered(1) // the caller left before it was sent
+			continue
+		}
+		batch[n] = cl
+		n++
+	}
+	if len(other) > 0 {
+		go b.exec(other)
+	}
+	if n == 0 {
+		return
+	}
+	batch = batch[:n]
+	now := time.Now()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		// Broken since it was loaded: nothing was written.
+		for _, cl := range batch {
+			requeue(cl, false)
+		}
+		go b.exec(append([]*Call(nil), batch...))
+		return
+	}
+	for _, cl := range batch {
+		c.inflight = append(c.inflight, written{cl, now})
+	}
+	wake := c.waiting
+	c.waiting = false
+	c.mu.Unlock()
+	if wake {
+		c.more <- struct{}{}
+	}
+	c.buf = c.buf[:0]
+	for _, cl := range batch {
+		c.buf = appendCommand(c.buf, cl.Cmd.Args())
+	}
+	p.writes.Add(1)
+	p.calls.Add(int64(len(batch)))
+	_ = c.nc.SetWriteDeadline(now.Add(p.writeTimeout))
+	if _, err := c.nc.Write(c.buf); err != nil {
+		// The reader finds the connection closed and resends what it
+		// holds, these calls too.
+		c.close()
+	}
+	if cap(c.buf) > 64<<10 {
+		c.buf = nil // a burst's buffer is not kept
+	}
+}
+
+// readLoop is the reader of c: it reads replies and hands them to their
+// calls until c breaks, then resends the calls c still holds.
+func (p *pipe) readLoop(b *batcher, c *pconn) {
+	var deadline time.Time
+	done := 0 // calls handed over since the batcher was last told
+	for {
+		c.mu.Lock()
+		for c.head == len(c.inflight) && !c.closed {
+			c.waiting = true
+			c.mu.Unlock()
+			b.delivered(done)
+			done = 0
+			<-c.more
+			c.mu.Lock()
+		}
+		if c.closed {
+			c.mu.Unlock()
+			break
+		}
+		// The oldest call waits at most the read timeout. Moving the
+		// deadline costs a timer update: it moves once the oldest call's
+		// own is a sixteenth of the timeout later.
+		due := c.inflight[c.head].at.Add(p.readTimeout)
+		c.mu.Unlock()
+		if due.Sub(deadline) > p.readTimeout/16 {
+			deadline = due
+			_ = c.nc.SetReadDeadline(deadline)
+		}
+		v, err := readReply(c.br)
+		if err != nil {
+			break
+		}
+		c.mu.Lock()
+		cl := c.inflight[c.head].cl
+		c.inflight[c.head] = written{}
+		c.head++
+		switch {
+		case c.head == len(c.inflight):
+			c.inflight, c.head = c.inflight[:0], 0
+		case c.head >= 1024 && 2*c.head >= len(c.inflight):
+			// Under steady load the list is never empty: what is left
+			// moves to the front, so that it does not grow for ever.
+			n := copy(c.inflight, c.inflight[c.head:])
+			clear(c.inflight[n:])
+			c.inflight, c.head = c.inflight[:n], 0
+		}
+		c.mu.Unlock()
+		done += p.answer(b, cl, v)
+		if c.br.Buffered() == 0 {
+			b.delivered(done)
+			done = 0
+		}
+	}
+	b.delivered(done)
+	p.broke(b, c)
+}
+
+// answer puts reply v into cl and hands cl over, and returns 1 when it is
+// done with (0: its Undo, a resend or a script load runs on).
+func (p *pipe) answer(b *batcher, cl *Call, v any) int {
+	setReply(cl.Cmd, v)
+	err := cl.Cmd.Err()
+	switch {
+	case cl.Script != nil && isNoScript(err):
+		// Redis lacks the script (a first use, a restart): loaded by an
+		// EVAL through go-redis, as the batch workers do.
+		go func() {
+			cl.Script.evalInstead(context.Background(), b.w.rdb, cl.Cmd)
+			requireReply(cl.Cmd)
+			b.finish([]*Call{cl})
+		}()
+		return 0
+	case isRetryable(err):
+		// It did not run, and may once the server is ready: go-redis
+		// resends it with backoff.
+		requeue(cl, true)
+		go b.exec([]*Call{cl})
+		return 0
+	}
+	if deliver(cl) || cl.Undo == nil {
+		return 1
+	}
+	go func() {
+		defer b.delivered(1)
+		b.w.runUndo(cl)
+	}()
+	return 0
+}
+
+// broke ends c after its reader stopped: the batch workers take over the
+// queue, every call c holds is resent through go-redis, and the pipe
+// redials.
+func (p *pipe) broke(b *batcher, c *pconn) {
+	c.close()
+	c.mu.Lock()
+	held := make([]*Call, 0, len(c.inflight)-c.head)
+	for _, f := range c.inflight[c.head:] {
+		held = append(held, f.cl)
+	}
+	c.inflight, c.head = nil, 0
+	c.mu.Unlock()
+	p.cur.CompareAndSwap(c, nil)
+	b.setPiping(false)
+	for _, cl := range held {
+		requeue(cl, true)
+	}
+	if len(held) > 0 {
+		go b.exec(held)
+	}
+	p.redial(b)
+}
+
+// requeue makes cl, taken back from the pipe, ready for the batch workers'
+// exec: queued again unless its caller left, and not droppable when it may
+// have run.
+func requeue(cl *Call, mayHaveRun bool) {
+	if mayHaveRun {
+		cl.Droppable = false
+	}
+	cl.state.CompareAndSwap(sent, queued)
+	cl.Cmd.SetErr(nil)
+	expectReply(cl.Cmd)
+}
+
+// close marks c closed and closes its connection: a write on it fails and
+// its reader stops.
+func (c *pconn) close() {
+	c.mu.Lock()
+	was := c.closed
+	c.closed = true
+	wake := c.waiting
+	c.waiting = false
+	c.mu.Unlock()
+	if wake {
+		c.more <- struct{}{}
+	}
+	if !was {
+		// The net.Conn first: go-redis may keep a connection it finds
+		// healthy, and the reader must be interrupted.
+		_ = c.nc.Close()
+		_ = c.rc.Close()
+	}
+}
+
+// redial dials the pipe's connection in the background and puts it in use
+// once a PING on it is answered: at most one dial a second, so a Redis that
+// refuses costs the callers nothing (the batch workers carry their calls).
+func (p *pipe) redial(b *batcher) {
+	if p.stopped.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := p.lastDial.Load(); now-last < int64(time.Second) || !p.lastDial.CompareAndSwap(last, now) {
+		return
+	}
+	b.w.Detach(func(ctx context.Context) {
+		rc := p.rdb.Conn()
+		if err := rc.Ping(ctx).Err(); err != nil {
+			_ = rc.Close()
+			return
+		}
+		nc := p.dialed.Load()
+		if nc == nil {
+			_ = rc.Close()
+			return
+		}
+		c := &pconn{rc: rc, nc: *nc, br: bufio.NewReaderSize(*nc, 32<<10), more: make(chan struct{}, 1)}
+		_ = c.nc.SetDeadline(time.Time{})
+		if p.stopped.Load() || !p.cur.CompareAndSwap(nil, c) {
+			_ = rc.Close()
+			return
+		}
+		// Like the batch workers, the reader lives until Stop (or the
+		// connection's end), uncounted: Close waits for the Wire's
+		// background work before it stops the Wire.
+		go p.readLoop(b, c)
+		p.conns.Add(1)
+		b.setPiping(true)
+		if p.stopped.Load() {
+			// Stop ran between the check and the store: it may have
+			// missed c.
+			c.close()
+		}
+	})
+}
+
+// stop closes the pipe's connection; the writer returns as the batcher
+// stops.
+func (p *pipe) stop() {
+	p.stopped.Store(true)
+	if c := p.cur.Load(); c != nil {
+		c.close()
+	}
+	_ = p.rdb.Close()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Piping reports whether the Wire's pipe has a connection in use: calls of
+// many concurrent callers go on it.
+func (w *Wire) Piping() bool { return w.pipe != nil && w.pipe.cur.Load() != nil }
+
+// PipeStats returns how many writes the pipe made and how many calls they
+// carried: their ratio is how many calls shared a write.
+func (w *Wire) PipeStats() (writes, calls int64) {
+	if w.pipe == nil {
+		return 0, 0
+	}
+	return w.pipe.writes.Load(), w.pipe.calls.Load()
+}
+
+// PipeConns returns how many connections the pipe has put in use.
+func (w *Wire) PipeConns() int64 {
+	if w.pipe == nil {
+		return 0
+	}
+	return w.pipe.conns.Load()
+}
