@@ -8,9 +8,10 @@ import (
 )
 
 // Concurrent calls of one Client share round trips: however many goroutines
-// lock and unlock at once, the Client's calls use at most one connection
-// per batch worker, where a call per connection would open the pool's
-// whole size.
+// lock and unlock at once, the Client's calls use at most one connection of
+// the go-redis client per batch worker, where a call per connection would
+// open the pool's whole size. That holds for the calls the pipe hands back
+// too (the first use of each script, answered NOSCRIPT on the pipe).
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	rdb := rdbFor(t, shared)
 	c, err := New(rdb)

@@ -36,6 +36,11 @@ type batcher struct {
 	// use: its writer then takes the queue, and enqueue wakes it instead of
 	// a worker. pipeIdle is set while the writer waits to be woken.
 	piping, pipeIdle bool
+	// slow are calls the pipe handed back (resends, script loads,
+	// commands it cannot carry): the workers take them even while the pipe
+	// takes the queue, so that such calls use at most Workers connections
+	// of the go-redis client however many come at once.
+	slow []*Call
 }
 
 // Workers is how many round trips one Client has in flight at most. Two let
@@ -142,11 +147,31 @@ func (b *batcher) enqueue(cl *Call, n int) {
 	}
 }
 
+// handBack gives the workers calls the pipe took and does not carry on,
+// each queued again (requeue) unless its caller left.
+func (b *batcher) handBack(calls []*Call) {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		go b.exec(calls)
+		return
+	}
+	b.slow = append(b.slow, calls...)
+	wake := b.idle > 0
+	if wake {
+		b.idle--
+	}
+	b.mu.Unlock()
+	if wake {
+		b.wake <- struct{}{}
+	}
+}
+
 func (b *batcher) work() {
 	var batch []*Call
 	for {
 		b.mu.Lock()
-		for len(b.queue) == 0 {
+		for len(b.slow) == 0 && (len(b.queue) == 0 || b.piping) {
 			if b.stopped {
 				b.mu.Unlock()
 				return
@@ -156,7 +181,11 @@ func (b *batcher) work() {
 			<-b.wake
 			b.mu.Lock()
 		}
-		batch, b.queue = b.queue, batch[:0]
+		if len(b.slow) > 0 {
+			batch, b.slow = b.slow, batch[:0]
+		} else {
+			batch, b.queue = b.queue, batch[:0]
+		}
 		b.mu.Unlock()
 		b.exec(batch)
 		clear(batch)

@@ -145,7 +145,7 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		n++
 	}
 	if len(other) > 0 {
-		go b.exec(other)
+		b.handBack(other)
 	}
 	if n == 0 {
 		return
@@ -159,7 +159,7 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		for _, cl := range batch {
 			requeue(cl, false)
 		}
-		go b.exec(append([]*Call(nil), batch...))
+		b.handBack(append([]*Call(nil), batch...))
 		return
 	}
 	for _, cl := range batch {
@@ -250,21 +250,13 @@ func (p *pipe) readLoop(b *batcher, c *pconn) {
 func (p *pipe) answer(b *batcher, cl *Call, v any) int {
 	setReply(cl.Cmd, v)
 	err := cl.Cmd.Err()
-	switch {
-	case cl.Script != nil && isNoScript(err):
-		// Redis lacks the script (a first use, a restart): loaded by an
-		// EVAL through go-redis, as the batch workers do.
-		go func() {
-			cl.Script.evalInstead(context.Background(), b.w.rdb, cl.Cmd)
-			requireReply(cl.Cmd)
-			b.finish([]*Call{cl})
-		}()
-		return 0
-	case isRetryable(err):
-		// It did not run, and may once the server is ready: go-redis
-		// resends it with backoff.
-		requeue(cl, true)
-		go b.exec([]*Call{cl})
+	if cl.Script != nil && isNoScript(err) || isRetryable(err) {
+		// It did not run. The batch workers send it again through
+		// go-redis: Redis lacked the script (a first use, a restart), which
+		// their resend loads, or was not ready (loading, a failover), which
+		// go-redis retries with backoff.
+		requeue(cl, false)
+		b.handBack([]*Call{cl})
 		return 0
 	}
 	if deliver(cl) || cl.Undo == nil {
@@ -295,7 +287,7 @@ func (p *pipe) broke(b *batcher, c *pconn) {
 		requeue(cl, true)
 	}
 	if len(held) > 0 {
-		go b.exec(held)
+		b.handBack(held)
 	}
 	p.redial(b)
 }
