@@ -151,6 +151,13 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		return
 	}
 	batch = batch[:n]
+	// Serialized before the calls are put in inflight: from then on the
+	// reader may resend and answer them (the connection broke), and their
+	// callers free them and reuse their arguments.
+	c.buf = c.buf[:0]
+	for _, cl := range batch {
+		c.buf = appendCommand(c.buf, cl.Cmd.Args())
+	}
 	now := time.Now()
 	c.mu.Lock()
 	if c.closed {
@@ -170,10 +177,6 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 	c.mu.Unlock()
 	if wake {
 		c.more <- struct{}{}
-	}
-	c.buf = c.buf[:0]
-	for _, cl := range batch {
-		c.buf = appendCommand(c.buf, cl.Cmd.Args())
 	}
 	p.writes.Add(1)
 	p.calls.Add(int64(len(batch)))

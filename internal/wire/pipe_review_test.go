@@ -1,0 +1,84 @@
+package wire
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
+)
+
+// gateArg is a command argument whose first MarshalBinary (the pipe
+// writer's) signals entered and blocks until release is closed; later
+// ones (go-redis's, on a resend) return at once.
+type gateArg struct {
+	first            atomic.Bool
+	entered, release chan struct{}
+}
+
+func newGateArg() *gateArg {
+	return &gateArg{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gateArg) MarshalBinary() ([]byte, error) {
+	if g.first.CompareAndSwap(false, true) {
+		close(g.entered)
+		<-g.release
+	}
+	return []byte("x"), nil
+}
+
+func queueLen(w *Wire) int {
+	w.batch.mu.Lock()
+	defer w.batch.mu.Unlock()
+	return len(w.batch.queue)
+}
+
+// The pipe's writer must not read a call once another goroutine may have
+// answered it: a call published in inflight before it was serialized is
+// resent by the reader when the connection breaks, answered, and freed by
+// its caller (Cmd nil, its args reused) while the writer still serializes it.
+func TestPipeWriterDoesNotReadACallAnsweredMeanwhile(t *testing.T) {
+	rdb := testenv.StartRedis(t).NewClient(t)
+	w := pipedWire(t, rdb)
+	ctx := context.Background()
+
+	// X holds the writer while A and B queue behind it.
+	x := newGateArg()
+	xDone := make(chan error, 1)
+	go func() { xDone <- do(ctx, w, redis.NewCmd(ctx, "echo", x)) }()
+	<-x.entered
+	a := newGateArg()
+	aDone := make(chan error, 1)
+	go func() { aDone <- do(ctx, w, redis.NewCmd(ctx, "echo", a)) }()
+	waitUntil(t, "A queued", func() bool { return queueLen(w) == 1 })
+	bDone := make(chan error, 1)
+	go func() { bDone <- do(ctx, w, redis.NewIntCmd(ctx, "incr", "pipe:review:b")) }()
+	waitUntil(t, "B queued", func() bool { return queueLen(w) == 2 })
+	close(x.release)
+	if err := <-xDone; err != nil {
+		t.Fatal(err)
+	}
+	<-a.entered // the writer took [A B] and serializes A
+	// The connection breaks now.
+	_ = w.pipe.cur.Load().nc.Close()
+	select {
+	case err := <-bDone: // B was resent, answered and freed
+		bDone <- err
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(a.release)
+	for _, ch := range []chan error{aDone, bDone} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a call was not answered")
+		}
+	}
+}
