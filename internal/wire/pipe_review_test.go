@@ -82,3 +82,27 @@ func TestPipeWriterDoesNotReadACallAnsweredMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// The pipe writes every argument it accepts as go-redis would: a nil
+// *string as "" (go-redis's writer does), a time.Time as RFC 3339 (go-redis
+// checks for time.Time before encoding.BinaryMarshaler, which time.Time
+// also implements). The writer must not panic, nor send other bytes.
+func TestPipeWritesArgumentsAsGoRedis(t *testing.T) {
+	rdb := testenv.StartRedis(t).NewClient(t)
+	w := pipedWire(t, rdb)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 28, 3, 4, 5, 6, time.UTC)
+	for _, arg := range []any{(*string)(nil), at, &at} {
+		want := redis.NewCmd(ctx, "echo", arg)
+		if err := rdb.Process(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		got := redis.NewCmd(ctx, "echo", arg)
+		if err := do(ctx, w, got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Err() != nil || got.Val() != want.Val() {
+			t.Errorf("ECHO %#v: %q, %v through the wire; go-redis sends it as %q", arg, got.Val(), got.Err(), want.Val())
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,8 +46,15 @@ func pipeable(cmd redis.Cmder) bool {
 		return false
 	}
 	for _, a := range cmd.Args() {
-		switch a.(type) {
-		case string, *string, []byte, int, int64, int32, uint32, uint64, encoding.BinaryMarshaler:
+		switch a := a.(type) {
+		case *string:
+			if a == nil {
+				return false // go-redis writes it as ""
+			}
+		case time.Time, *time.Time:
+			// A BinaryMarshaler, but go-redis writes it as RFC 3339.
+			return false
+		case string, []byte, int, int64, int32, uint32, uint64, encoding.BinaryMarshaler:
 		case nil:
 			return false // go-redis writes it as ""; nothing of dlock's sends one
 		default:
