@@ -257,7 +257,8 @@ func (p *pipe) answer(b *batcher, cl *Call, v any) int {
 		// It did not run. The batch workers send it again through
 		// go-redis: Redis lacked the script (a first use, a restart), which
 		// their resend loads, or was not ready (loading, a failover), which
-		// go-redis retries with backoff.
+		// go-redis retries with backoff. Not run, it stays droppable: not
+		// sent again if its caller left meanwhile.
 		requeue(cl, false)
 		b.handBack([]*Call{cl})
 		return 0

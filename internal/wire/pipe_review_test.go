@@ -106,3 +106,43 @@ func TestPipeWritesArgumentsAsGoRedis(t *testing.T) {
 		}
 	}
 }
+
+// A reply such as READONLY or LOADING says the command did not run: a
+// droppable call so answered on the pipe after its caller left must not be
+// sent again (a renewal must not extend a hold once its caller stopped
+// waiting), as it would not be had it never been written.
+func TestPipeRetryableReplyKeepsACallDroppable(t *testing.T) {
+	r := testenv.StartRedis(t)
+	direct := r.NewClient(t)
+	ctx := context.Background()
+	// A replica (of nothing): writes are answered READONLY.
+	if err := direct.Do(ctx, "replicaof", "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Do(context.Background(), "replicaof", "no", "one").Err() })
+	proxy := testenv.NewFaultProxy(t, r.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := pipedWire(t, rdb)
+	// The READONLY reaches the wire after its caller left.
+	proxy.SetLatency(0, 300*time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	cl := NewCall(redis.NewIntCmd(ctx, "incr", "pipe:review:droppable"), nil)
+	cl.Droppable = true
+	if left, _ := w.Do(cctx, cl); !left {
+		t.Fatal("the call was answered within 50 ms through 300 ms of latency")
+	}
+	// Redis takes writes again before the READONLY reaches the wire.
+	if err := direct.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Drain():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call was never done with")
+	}
+	if n, err := direct.Get(ctx, "pipe:review:droppable").Result(); err != redis.Nil {
+		t.Errorf("the droppable call whose caller left ran after its READONLY: %q, %v", n, err)
+	}
+}
