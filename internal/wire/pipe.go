@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"runtime"
 	"sync"
@@ -341,7 +342,17 @@ func (p *pipe) redial(b *batcher) {
 	}
 	b.w.Detach(func(ctx context.Context) {
 		rc := p.rdb.Conn()
-		if err := rc.Ping(ctx).Err(); err != nil {
+		err := rc.Ping(ctx).Err()
+		if errors.Is(err, net.ErrClosed) {
+			// go-redis took back the connection of the pconn that broke
+			// (pconn.close) and, when it cannot check it (a TLS or custom
+			// Dialer's net.Conn), handed it out again: it is dropped now,
+			// and the next one is dialed.
+			_ = rc.Close()
+			rc = p.rdb.Conn()
+			err = rc.Ping(ctx).Err()
+		}
+		if err != nil {
 			_ = rc.Close()
 			return
 		}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,5 +145,42 @@ func TestPipeRetryableReplyKeepsACallDroppable(t *testing.T) {
 	}
 	if n, err := direct.Get(ctx, "pipe:review:droppable").Result(); err != redis.Nil {
 		t.Errorf("the droppable call whose caller left ran after its READONLY: %q, %v", n, err)
+	}
+}
+
+// wrappedConn hides the TCP connection's syscall.Conn, as a tls.Conn or a
+// custom Dialer's connection does: go-redis cannot check it for health.
+type wrappedConn struct{ net.Conn }
+
+// After its connection broke, the pipe's redial puts a new one in use,
+// also over a Dialer whose connections go-redis cannot check: the one the
+// broken pconn closed, which go-redis took back, is not PINGed again.
+func TestPipeRedialsOverACustomDialer(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrappedConn{c}, nil
+	}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := pipedWire(t, rdb)
+	// The connection breaks, and the next write finds it broken.
+	_ = w.pipe.cur.Load().nc.Close()
+	ctx := context.Background()
+	if err := do(ctx, w, redis.NewCmd(ctx, "ping")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the broken connection dropped", func() bool { return !w.Piping() })
+	time.Sleep(1100 * time.Millisecond) // past redial's rate limit
+	w.pipe.redial(&w.batch)
+	deadline := time.Now().Add(2 * time.Second)
+	for !w.Piping() {
+		if time.Now().After(deadline) {
+			t.Fatal("the pipe's redial did not put a new connection in use")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
