@@ -59,10 +59,13 @@ func (b *batcher) start(w *Wire) {
 	}
 }
 
-// setPiping puts the pipe in use or out of it: out, the workers take the
-// queue again.
-func (b *batcher) setPiping(on bool) {
+// pipeChanged follows the pipe's connection into use or out of it: out,
+// the workers take the queue again. It reads the connection under mu, so
+// that a break and a redial that overlap leave piping as the last of them
+// left the connection.
+func (b *batcher) pipeChanged() {
 	b.mu.Lock()
+	on := b.w.pipe.cur.Load() != nil
 	b.piping = on
 	wakePipe := on && b.pipeIdle && len(b.queue) > 0
 	if wakePipe {
@@ -75,7 +78,7 @@ func (b *batcher) setPiping(on bool) {
 	}
 	b.mu.Unlock()
 	if wakePipe {
-		b.w.pipe.wake <- struct{}{}
+		b.w.pipe.poke()
 	}
 	for range wake {
 		b.wake <- struct{}{}
@@ -127,7 +130,7 @@ func (b *batcher) enqueue(cl *Call, n int) {
 			b.pipeIdle = false
 			b.mu.Unlock()
 			if wake {
-				p.wake <- struct{}{}
+				p.poke()
 			}
 			return
 		}

@@ -254,11 +254,12 @@ func (p *pipe) readLoop(b *batcher, c *pconn) {
 func (p *pipe) answer(b *batcher, cl *Call, v any) int {
 	setReply(cl.Cmd, v)
 	err := cl.Cmd.Err()
-	if cl.Script != nil && isNoScript(err) || isRetryable(err) {
+	if cl.Script != nil && isNoScript(err) || isRetryable(err) || isRedirect(err) {
 		// It did not run. The batch workers send it again through
 		// go-redis: Redis lacked the script (a first use, a restart), which
 		// their resend loads, or was not ready (loading, a failover), which
-		// go-redis retries with backoff. Not run, it stays droppable: not
+		// go-redis retries with backoff, or sent it elsewhere, which the
+		// workers' resends follow (redirect.go). Not run, it stays droppable: not
 		// sent again if its caller left meanwhile.
 		requeue(cl, false)
 		b.handBack([]*Call{cl})
@@ -287,7 +288,7 @@ func (p *pipe) broke(b *batcher, c *pconn) {
 	c.inflight, c.head = nil, 0
 	c.mu.Unlock()
 	p.cur.CompareAndSwap(c, nil)
-	b.setPiping(false)
+	b.pipeChanged()
 	for _, cl := range held {
 		requeue(cl, true)
 	}
@@ -372,7 +373,7 @@ func (p *pipe) redial(b *batcher) {
 		// background work before it stops the Wire.
 		go p.readLoop(b, c)
 		p.conns.Add(1)
-		b.setPiping(true)
+		b.pipeChanged()
 		if p.stopped.Load() {
 			// Stop ran between the check and the store: it may have
 			// missed c.
@@ -389,6 +390,12 @@ func (p *pipe) stop() {
 		c.close()
 	}
 	_ = p.rdb.Close()
+	p.poke()
+}
+
+// poke wakes the writer. A token already waiting wakes it as well: the
+// writer looks at the queue and the batcher's state each time it wakes.
+func (p *pipe) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding"
 	"errors"
 	"fmt"
@@ -110,8 +111,8 @@ func appendBulk[T string | []byte](b []byte, s T) []byte {
 	return append(b, '\r', '\n')
 }
 
-// maxReplyDepth and maxBulk bound what one reply may make the reader
-// allocate: dlock's scripts answer an integer or a short array.
+// maxReplyDepth, maxBulk and maxArray bound the shape of one reply: dlock's
+// scripts answer an integer or a short array.
 const (
 	maxReplyDepth = 8
 	maxBulk       = 512 << 20 // Redis's own proto-max-bulk-len default
@@ -148,9 +149,19 @@ func readValue(br *bufio.Reader, depth int) (any, error) {
 		if n == -1 {
 			return nil, nil
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return nil, err
+		var buf []byte
+		if n <= 64<<10 {
+			buf = make([]byte, n+2)
+			if _, err := io.ReadFull(br, buf); err != nil {
+				return nil, err
+			}
+		} else {
+			// Grown as bytes come, as arrays are.
+			var bb bytes.Buffer
+			if _, err := io.CopyN(&bb, br, int64(n+2)); err != nil {
+				return nil, err
+			}
+			buf = bb.Bytes()
 		}
 		if buf[n] != '\r' || buf[n+1] != '\n' {
 			return nil, errProtocol
@@ -164,11 +175,15 @@ func readValue(br *bufio.Reader, depth int) (any, error) {
 		if n == -1 {
 			return nil, nil
 		}
-		vs := make([]any, n)
-		for i := range vs {
-			if vs[i], err = readValue(br, depth+1); err != nil {
+		// Grown as elements come, not made at the size the header claims:
+		// a few bytes must not cost megabytes.
+		vs := make([]any, 0, min(n, 64))
+		for range n {
+			v, err := readValue(br, depth+1)
+			if err != nil {
 				return nil, err
 			}
+			vs = append(vs, v)
 		}
 		return vs, nil
 	}

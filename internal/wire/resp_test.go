@@ -47,6 +47,7 @@ func TestReadReply(t *testing.T) {
 		{"*-1\r\n", "<nil> <nil>"},
 		{"-NOSCRIPT No matching script\r\n", "wire.replyError NOSCRIPT No matching script"},
 		{"*3\r\n:1\r\n$1\r\na\r\n$-1\r\n", "[]interface {} [1 a <nil>]"},
+		{"$70000\r\n" + strings.Repeat("x", 70000) + "\r\n", "string " + strings.Repeat("x", 70000)},
 	} {
 		v, err := readReply(bufio.NewReader(strings.NewReader(c.in)))
 		if err != nil {
@@ -60,6 +61,7 @@ func TestReadReply(t *testing.T) {
 	for _, in := range []string{
 		"?1\r\n", ":1x\r\n", ":1\n", "$3\r\nabcd\r\n", "$-2\r\n", "*2\r\n:1\r\n", "$9999999999\r\n",
 		strings.Repeat("*1\r\n", maxReplyDepth+1) + ":1\r\n", ":12",
+		"$70000\r\n" + strings.Repeat("x", 69999) + "\r\n", "*1000000\r\n:1\r\n",
 	} {
 		if v, err := readReply(bufio.NewReader(strings.NewReader(in))); err == nil {
 			t.Errorf("%q read as %#v, want an error", in, v)
