@@ -214,18 +214,34 @@ func (b *batcher) exec(batch []*Call) {
 		n++
 	}
 	batch = batch[:n]
-	switch n {
-	case 0:
+	if n == 0 {
 		return
+	}
+	send := batch
+	for i, cl := range batch {
+		if cl.noScript {
+			// Answered NOSCRIPT on the pipe, which kept the reply: its EVAL
+			// below needs no EVALSHA first.
+			send = append([]*Call(nil), batch[:i]...)
+			for _, cl := range batch[i+1:] {
+				if !cl.noScript {
+					send = append(send, cl)
+				}
+			}
+			break
+		}
+	}
+	switch len(send) {
+	case 0:
 	case 1:
-		_ = b.w.rdb.Process(ctx, batch[0].Cmd)
+		_ = b.w.rdb.Process(ctx, send[0].Cmd)
 	default:
 		pipe := b.w.rdb.Pipeline()
-		for _, cl := range batch {
+		for _, cl := range send {
 			_ = pipe.Process(ctx, cl.Cmd)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			failUnanswered(batch, err)
+			failUnanswered(send, err)
 		}
 	}
 	var redirected []*Call
@@ -235,6 +251,7 @@ func (b *batcher) exec(batch []*Call) {
 	}
 	for _, cl := range batch {
 		if cl.Script != nil && isNoScript(cl.Cmd.Err()) {
+			cl.noScript = false
 			cl.Script.evalInstead(ctx, b.w.rdb, cl.Cmd)
 		}
 		requireReply(cl.Cmd)

@@ -261,7 +261,13 @@ func (p *pipe) answer(b *batcher, cl *Call, v any) int {
 		// go-redis retries with backoff, or sent it elsewhere, which the
 		// workers' resends follow (redirect.go). Not run, it stays droppable: not
 		// sent again if its caller left meanwhile.
-		requeue(cl, false)
+		if cl.Script != nil && isNoScript(err) {
+			// The reply stays: the workers answer it with an EVAL.
+			cl.noScript = true
+			cl.state.CompareAndSwap(sent, queued)
+		} else {
+			requeue(cl, false)
+		}
 		b.handBack([]*Call{cl})
 		return 0
 	}

@@ -91,6 +91,10 @@ type Call struct {
 	// intCmd is the command of a call made by Script.IntCall: it comes
 	// from the pool with the Call, and goes back with it at Free.
 	intCmd redis.IntCmd
+	// noScript marks a call the pipe handed back with Redis's NOSCRIPT
+	// reply in its command: the batch workers load the script with it
+	// (evalInstead) without sending the EVALSHA again.
+	noScript bool
 }
 
 // Undoer undoes or finishes a call whose caller left, given the call's
