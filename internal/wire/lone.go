@@ -133,6 +133,17 @@ func ownClient(c *redis.Client, dialed func(net.Conn)) *redis.Client {
 	return redis.NewClient(&opt)
 }
 
+// ownable returns rdb as a plain *redis.Client whose connections the Wire
+// may dial itself, or nil: a Cluster's, a Ring's or a Sentinel failover
+// client's calls follow topology that a connection of its own would not.
+func ownable(rdb redis.UniversalClient) *redis.Client {
+	c, ok := rdb.(*redis.Client)
+	if !ok || c.Options().Addr == "FailoverClient" {
+		return nil
+	}
+	return c
+}
+
 // tryLone sends cl on the caller's goroutine if a lone connection is ready
 // and free and batcher.reserve allows, and reports false, having done
 // nothing, otherwise. When it reports true the call is done with: answered

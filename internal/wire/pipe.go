@@ -2,8 +2,6 @@ package wire
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"net"
 	"runtime"
 	"sync"
@@ -84,17 +82,6 @@ func newPipe(rdb redis.UniversalClient) *pipe {
 	opt := p.rdb.Options()
 	p.readTimeout, p.writeTimeout = opt.ReadTimeout, opt.WriteTimeout
 	return p
-}
-
-// ownable returns rdb as a plain *redis.Client whose connections the Wire
-// may dial itself, or nil: a Cluster's, a Ring's or a Sentinel failover
-// client's calls follow topology that a connection of its own would not.
-func ownable(rdb redis.UniversalClient) *redis.Client {
-	c, ok := rdb.(*redis.Client)
-	if !ok || c.Options().Addr == "FailoverClient" {
-		return nil
-	}
-	return c
 }
 
 // writeLoop is the pipe's writer: it takes the batcher's queue whenever
@@ -279,133 +266,6 @@ func (p *pipe) answer(b *batcher, cl *Call, v any) int {
 		b.w.runUndo(cl)
 	}()
 	return 0
-}
-
-// broke ends c after its reader stopped: the batch workers take over the
-// queue, every call c holds is resent through go-redis, and the pipe
-// redials.
-func (p *pipe) broke(b *batcher, c *pconn) {
-	c.close()
-	c.mu.Lock()
-	held := make([]*Call, 0, len(c.inflight)-c.head)
-	for _, f := range c.inflight[c.head:] {
-		held = append(held, f.cl)
-	}
-	c.inflight, c.head = nil, 0
-	c.mu.Unlock()
-	p.cur.CompareAndSwap(c, nil)
-	b.pipeChanged()
-	for _, cl := range held {
-		requeue(cl, true)
-	}
-	if len(held) > 0 {
-		b.handBack(held)
-	}
-	p.redial(b)
-}
-
-// requeue makes cl, taken back from the pipe, ready for the batch workers'
-// exec: queued again unless its caller left, and not droppable when it may
-// have run.
-func requeue(cl *Call, mayHaveRun bool) {
-	if mayHaveRun {
-		cl.Droppable = false
-	}
-	cl.state.CompareAndSwap(sent, queued)
-	cl.Cmd.SetErr(nil)
-	expectReply(cl.Cmd)
-}
-
-// close marks c closed and closes its connection: a write on it fails and
-// its reader stops.
-func (c *pconn) close() {
-	c.mu.Lock()
-	was := c.closed
-	c.closed = true
-	wake := c.waiting
-	c.waiting = false
-	c.mu.Unlock()
-	if wake {
-		c.more <- struct{}{}
-	}
-	if !was {
-		// The net.Conn first: go-redis may keep a connection it finds
-		// healthy, and the reader must be interrupted.
-		_ = c.nc.Close()
-		_ = c.rc.Close()
-	}
-}
-
-// redial dials the pipe's connection in the background and puts it in use
-// once a PING on it is answered: at most one dial a second, so a Redis that
-// refuses costs the callers nothing (the batch workers carry their calls).
-func (p *pipe) redial(b *batcher) {
-	if p.stopped.Load() {
-		return
-	}
-	now := time.Now().UnixNano()
-	if last := p.lastDial.Load(); now-last < int64(time.Second) || !p.lastDial.CompareAndSwap(last, now) {
-		return
-	}
-	b.w.Detach(func(ctx context.Context) {
-		rc := p.rdb.Conn()
-		err := rc.Ping(ctx).Err()
-		if errors.Is(err, net.ErrClosed) {
-			// go-redis took back the connection of the pconn that broke
-			// (pconn.close) and, when it cannot check it (a TLS or custom
-			// Dialer's net.Conn), handed it out again: it is dropped now,
-			// and the next one is dialed.
-			_ = rc.Close()
-			rc = p.rdb.Conn()
-			err = rc.Ping(ctx).Err()
-		}
-		if err != nil {
-			_ = rc.Close()
-			return
-		}
-		nc := p.dialed.Load()
-		if nc == nil {
-			_ = rc.Close()
-			return
-		}
-		c := &pconn{rc: rc, nc: *nc, br: bufio.NewReaderSize(*nc, 32<<10), more: make(chan struct{}, 1)}
-		_ = c.nc.SetDeadline(time.Time{})
-		if p.stopped.Load() || !p.cur.CompareAndSwap(nil, c) {
-			_ = rc.Close()
-			return
-		}
-		// Like the batch workers, the reader lives until Stop (or the
-		// connection's end), uncounted: Close waits for the Wire's
-		// background work before it stops the Wire.
-		go p.readLoop(b, c)
-		p.conns.Add(1)
-		b.pipeChanged()
-		if p.stopped.Load() {
-			// Stop ran between the check and the store: it may have
-			// missed c.
-			c.close()
-		}
-	})
-}
-
-// stop closes the pipe's connection; the writer returns as the batcher
-// stops.
-func (p *pipe) stop() {
-	p.stopped.Store(true)
-	if c := p.cur.Load(); c != nil {
-		c.close()
-	}
-	_ = p.rdb.Close()
-	p.poke()
-}
-
-// poke wakes the writer. A token already waiting wakes it as well: the
-// writer looks at the queue and the batcher's state each time it wakes.
-func (p *pipe) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Piping reports whether the Wire's pipe has a connection in use: calls of

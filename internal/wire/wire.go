@@ -196,6 +196,18 @@ func deliver(cl *Call) bool {
 	return false
 }
 
+// requeue makes cl, taken back from the connection it went out on (a lone
+// one, the pipe), ready for the batch workers' exec: queued again unless
+// its caller left, and not droppable when it may have run.
+func requeue(cl *Call, mayHaveRun bool) {
+	if mayHaveRun {
+		cl.Droppable = false
+	}
+	cl.state.CompareAndSwap(sent, queued)
+	cl.Cmd.SetErr(nil)
+	expectReply(cl.Cmd)
+}
+
 // runUndo runs cl's Undo, if any, bounded by the cleanup timeout.
 func (w *Wire) runUndo(cl *Call) {
 	if cl.Undo == nil {
