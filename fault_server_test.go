@@ -64,25 +64,29 @@ func serverScenario(t *testing.T, name string, watchdog, lo, hi time.Duration, i
 func TestFaultRedisRestart(t *testing.T) {
 	const faults = "SIGKILL, 300 ms down, restart empty; twice, 700 ms apart; 3 Clients × 2 goroutines, holds 20–200 ms, watchdog 600 ms"
 	s, st, row, _ := serverScenario(t, "Redis killed and restarted", 600*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond,
-		func(s *scenario, r *testenv.Redis) {
-			for i := range 2 {
-				if i > 0 {
-					time.Sleep(700 * time.Millisecond)
-				}
-				if err := r.Kill(); err != nil {
-					t.Fatal(err)
-				}
-				s.fault("kill")
-				time.Sleep(300 * time.Millisecond)
-				if err := r.Restart(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+		func(s *scenario, r *testenv.Redis) { s.killAndRestart(r) })
 	row.Faults = faults
 	row.Notes = fmt.Sprintf("%d lock calls failed while Redis was down", s.errCount("other"))
 	record(t, row)
 	s.assertFenced(st)
+}
+
+// killAndRestart kills r (SIGKILL) and restarts it empty 300 ms later,
+// twice, 700 ms apart.
+func (s *scenario) killAndRestart(r *testenv.Redis) {
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(700 * time.Millisecond)
+		}
+		if err := r.Kill(); err != nil {
+			s.t.Fatal(err)
+		}
+		s.fault("kill")
+		time.Sleep(300 * time.Millisecond)
+		if err := r.Restart(); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 // FLUSHALL under contention, twice: the data is gone while Redis runs. As
