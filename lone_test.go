@@ -142,6 +142,18 @@ func TestWithoutOwnConnection(t *testing.T) {
 	if n := seen.alone.Load() + seen.piped.Load(); n != 200 || c.wire().LoneReady() {
 		t.Fatalf("the go-redis client saw %d of 200 calls (lone ready: %v)", n, c.wire().LoneReady())
 	}
+	// Many concurrent callers too: no pipe, every call through the client.
+	seen.alone.Store(0)
+	seen.piped.Store(0)
+	const g, k = 16, 20
+	concurrently(g, func(i int) {
+		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:off:%d", i), k); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := seen.alone.Load() + seen.piped.Load(); n != g*k*2 || c.wire().Piping() {
+		t.Fatalf("%d concurrent callers: the go-redis client saw %d of %d calls (pipe in use: %v)", g, n, g*k*2, c.wire().Piping())
+	}
 }
 
 // A reply that says the call did not run and may run later (READONLY, here

@@ -32,10 +32,10 @@ type batcher struct {
 	// which costs Redis more per call (sixteen goroutines: 8% fewer pairs
 	// per second in one interleaved run, 2-vCPU Intel Xeon, PING 26 µs).
 	load int
-	// piping is set while the Wire's pipe (pipe.go) has a connection in
-	// use: its writer then takes the queue, and enqueue wakes it instead of
-	// a worker. pipeIdle is set while the writer waits to be woken.
-	piping, pipeIdle bool
+	// pipeIdle is set while the pipe's writer (pipe.go) waits to be woken.
+	// While the pipe has a connection in use (Wire.Piping), its writer
+	// takes the queue and enqueue wakes it instead of a worker.
+	pipeIdle bool
 	// slow are calls the pipe handed back (resends, script loads,
 	// commands it cannot carry): the workers take them even while the pipe
 	// takes the queue, so that such calls use at most Workers connections
@@ -59,14 +59,13 @@ func (b *batcher) start(w *Wire) {
 	}
 }
 
-// pipeChanged follows the pipe's connection into use or out of it: out,
-// the workers take the queue again. It reads the connection under mu, so
-// that a break and a redial that overlap leave piping as the last of them
-// left the connection.
+// pipeChanged wakes whoever takes the queue now that the pipe's connection
+// went into use (the writer) or out of it (the workers). Call it after each
+// change of the connection: a writer or worker that went to wait having
+// seen the old one waits under mu, which this takes.
 func (b *batcher) pipeChanged() {
 	b.mu.Lock()
-	on := b.w.pipe.cur.Load() != nil
-	b.piping = on
+	on := b.w.Piping()
 	wakePipe := on && b.pipeIdle && len(b.queue) > 0
 	if wakePipe {
 		b.pipeIdle = false
@@ -125,7 +124,7 @@ func (b *batcher) enqueue(cl *Call, n int) {
 	}
 	b.queue = append(b.queue, cl)
 	if p := b.w.pipe; p != nil {
-		if b.piping {
+		if b.w.Piping() {
 			wake := b.pipeIdle
 			b.pipeIdle = false
 			b.mu.Unlock()
@@ -140,14 +139,21 @@ func (b *batcher) enqueue(cl *Call, n int) {
 			defer p.redial(b)
 		}
 	}
-	wake := b.idle > 0
-	if wake {
-		b.idle--
-	}
+	wake := b.takeIdle()
 	b.mu.Unlock()
 	if wake {
 		b.wake <- struct{}{}
 	}
+}
+
+// takeIdle reports whether a worker waits, and if so counts it woken: the
+// caller then sends it a token once mu is released. Called with mu held.
+func (b *batcher) takeIdle() bool {
+	if b.idle == 0 {
+		return false
+	}
+	b.idle--
+	return true
 }
 
 // handBack gives the workers calls the pipe took and does not carry on,
@@ -160,10 +166,7 @@ func (b *batcher) handBack(calls []*Call) {
 		return
 	}
 	b.slow = append(b.slow, calls...)
-	wake := b.idle > 0
-	if wake {
-		b.idle--
-	}
+	wake := b.takeIdle()
 	b.mu.Unlock()
 	if wake {
 		b.wake <- struct{}{}
@@ -174,7 +177,7 @@ func (b *batcher) work() {
 	var batch []*Call
 	for {
 		b.mu.Lock()
-		for len(b.slow) == 0 && (len(b.queue) == 0 || b.piping) {
+		for len(b.slow) == 0 && (len(b.queue) == 0 || b.w.Piping()) {
 			if b.stopped {
 				b.mu.Unlock()
 				return

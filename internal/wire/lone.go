@@ -46,9 +46,9 @@ type lone struct {
 	// redial makes it, and again after it failed.
 	conn *redis.Conn
 
-	netConn  atomic.Pointer[net.Conn] // the connection last dialed
-	ready    atomic.Bool              // answered a PING since it was last dialed or failed
-	lastDial atomic.Int64             // when redial last started, Unix ns
+	netConn atomic.Pointer[net.Conn] // the connection last dialed
+	ready   atomic.Bool              // answered a PING since it was last dialed or failed
+	dials   dialGate
 
 	// The caller's ctx may end while its call is on the connection:
 	// interrupt then closes it, only while a call of that ctx is in
@@ -313,6 +313,17 @@ func (l *lone) interrupt(done <-chan struct{}) {
 	}
 }
 
+// dialGate lets a connection of the Wire's own be dialed once a second at
+// most. Safe for concurrent use.
+type dialGate struct{ last atomic.Int64 } // when the last dial started, Unix ns
+
+// allow reports whether a dial may start now, and if so counts it started.
+func (g *dialGate) allow() bool {
+	now := time.Now().UnixNano()
+	last := g.last.Load()
+	return now-last >= int64(time.Second) && g.last.CompareAndSwap(last, now)
+}
+
 // redial makes the connection ready in the background: a PING, bounded by
 // the cleanup timeout, dials it if it must. One at a time, at most one a
 // second: a Redis that refuses costs a lone caller nothing.
@@ -320,8 +331,7 @@ func (w *Wire) redial(l *lone) {
 	if l.stopped.Load() {
 		return
 	}
-	now := time.Now().UnixNano()
-	if last := l.lastDial.Load(); now-last < int64(time.Second) || !l.lastDial.CompareAndSwap(last, now) {
+	if !l.dials.allow() {
 		return
 	}
 	w.Detach(func(ctx context.Context) {

@@ -57,7 +57,7 @@ func TestLoneConnectionDroppedAfterReady(t *testing.T) {
 	l.mu.Lock()
 	_ = l.conn.Close()
 	l.conn = nil
-	l.lastDial.Store(time.Now().UnixNano())
+	l.dials.last.Store(time.Now().UnixNano())
 	l.mu.Unlock()
 	if err := ping(); err != nil {
 		t.Fatalf("a call with the lone connection gone: %v", err)

@@ -62,8 +62,7 @@ func (p *pipe) redial(b *batcher) {
 	if p.stopped.Load() {
 		return
 	}
-	now := time.Now().UnixNano()
-	if last := p.lastDial.Load(); now-last < int64(time.Second) || !p.lastDial.CompareAndSwap(last, now) {
+	if !p.dials.allow() {
 		return
 	}
 	b.w.Detach(func(ctx context.Context) {
