@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,7 @@ import (
 
 func (a *app) unlockCommand() *cobra.Command {
 	var force bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "unlock --force NAME",
 		Short: "Break a lock, whoever holds it",
@@ -38,6 +40,12 @@ Without --namespace, a NAME "ns:rest" that namespace ns uses as its lock
 rest (its fencing counter exists) is refused with exit 2: unlock it with
 --namespace ns, so that its holder is told and its waiters served.
 
+Everything after the first PING is bounded by --timeout (10s by default):
+a Redis that stops answering meanwhile (paused, overloaded, partitioned)
+ends the command with exit 69 within --timeout and a second, instead of after go-redis' read
+timeouts and retries (about 20 seconds with its defaults). The release may
+or may not have happened: read the lock again with dlock inspect.
+
 Exit codes: 0 done (held or not), 2 without --force, with a bad name or
 with a tenant's lock without its namespace, 65 NAME is not a lock (left as
 it is), 69 Redis unreachable or not answering, 77 Redis refused (a wrong
@@ -55,6 +63,9 @@ password, an ACL denial), 1 other failures.`,
 			if err := checkName("NAME", name); err != nil {
 				return err
 			}
+			if timeout <= 0 {
+				return usagef("--timeout must be above 0, got %v", timeout)
+			}
 			if !force {
 				return exitf(exitUsage, "refusing to unlock %s without --force: this breaks the lock under its holder, which may still be working (see dlock unlock --help)", name)
 			}
@@ -63,16 +74,23 @@ password, an ACL denial), 1 other failures.`,
 				return err
 			}
 			defer rdb.Close()
-			c, err := dlock.New(rdb, a.clientOptions()...)
+			// Close waits for what the release left in the background (a
+			// call Redis did not answer in time, resent): a second at most,
+			// so that the command ends within --timeout and a second.
+			c, err := dlock.New(rdb, append(a.clientOptions(), dlock.WithCloseTimeout(time.Second))...)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			msg, err := forceUnlockMsg(cmd.Context(), c, name)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			msg, err := forceUnlockMsg(ctx, c, name)
 			var coded *exitError
 			switch {
 			case errors.As(err, &coded):
 				return err
+			case err != nil && ctx.Err() != nil && cmd.Context().Err() == nil:
+				return exitf(exitUnavailable, "no answer from Redis at %s within --timeout %v: %s may or may not be released (dlock inspect %s tells)", t.where(), timeout, name, name)
 			case err != nil:
 				// A refusal exits 77, no answer 69, as after the PING.
 				return t.failure(err, "no answer from Redis at %s: %v", t.where(), err)
@@ -82,6 +100,7 @@ password, an ACL denial), 1 other failures.`,
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "really release the lock under its holder")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for Redis's answers after the first PING; exit 69 after it")
 	return cmd
 }
 
