@@ -26,8 +26,10 @@ package notify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,19 @@ import (
 
 // closedCh is a closed channel.
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// healthInterval is Config.HealthInterval's default. A connection that
+// vanished without a FIN or an RST (a partition, a frozen host, a
+// middlebox that drops it) is found dead and replaced (read) at most two
+// intervals, 10s, after it went silent, where the kernel's keepalive
+// would take minutes; every message meanwhile is lost. Not shorter: an
+// idle connection costs a PING per interval, and a Redis in a slow script
+// or command answers nothing until it ends or, after busy-reply-threshold
+// (lua-time-limit, 5s by default), answers BUSY, which counts as alive: a
+// shorter interval would take such a server for a dead connection and
+// make every waiter re-check at the reconnect. The sharded subscriber
+// pings at the same interval (shardsub.Config).
+const healthInterval = 5 * time.Second
 
 // ErrClosed is returned by Join after Close.
 var ErrClosed = errors.New("notify: hub closed")
@@ -78,6 +93,7 @@ type Hub struct {
 	subDone      chan struct{}
 	readyTimeout time.Duration
 	closeWait    time.Duration
+	health       time.Duration // the reader's health check interval (read)
 }
 
 // subOp is one SUBSCRIBE or UNSUBSCRIBE to send.
@@ -132,12 +148,20 @@ type Config struct {
 	Sharded  *redis.ClusterClient
 	ClientID string
 	Space    keys.Space // the namespace of the per-slot client channels
+	// HealthInterval is how long the classic pub/sub connection may be
+	// silent before it is sent a PING, and how long after that it may stay
+	// silent before it is taken for dead (default healthInterval). Only
+	// tests set it; sharded pub/sub has its own (shardsub.Config).
+	HealthInterval time.Duration
 }
 
 // New returns a Hub. It opens no connection until the first Join.
 func New(rdb redis.UniversalClient, cfg Config) *Hub {
 	if cfg.CloseWait <= 0 {
 		cfg.CloseWait = 5 * time.Second
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = healthInterval
 	}
 	return &Hub{
 		rdb:           rdb,
@@ -151,6 +175,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Hub {
 		heard:         cfg.Heard,
 		readyTimeout:  cfg.ReadyTimeout,
 		closeWait:     cfg.CloseWait,
+		health:        cfg.HealthInterval,
 		chans:         make(map[string]*channel),
 		tickets:       make(map[uint64]*Waiter),
 		clientReady:   make(chan struct{}),
@@ -494,18 +519,34 @@ func (h *Hub) CloseWithin(d time.Duration) error {
 // error go-redis reconnects and resubscribes on the next Receive; when the
 // new subscriptions are confirmed, the waiters re-check the lock, since a
 // release may have been published while the connection was down.
+//
+// A connection whose peer vanished without a FIN or an RST fails no read:
+// it is silent. So the reader checks its health: after an interval with
+// nothing read it sends a PING, and when nothing at all (no message, no
+// pong, no subscription reply) comes within the next interval either, it
+// takes the connection for dead and go-redis replaces it, as after any
+// connection error; its subscriptions are confirmed again and the waiters
+// re-check, as after any reconnect. Until then every message was lost, and
+// without the check the reader would wait on the silent connection until
+// the kernel's keepalive gave up on it, minutes later. (go-redis'
+// PubSub.Channel has a health check, but it redials only when the PING
+// cannot be written, and the kernel takes a write to a silent peer.)
 func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	backoff := 10 * time.Millisecond
 	broken := false
+	pinged := false // a PING went out after an interval of silence
 	for {
-		msg, err := ps.Receive(context.Background())
+		msg, err := h.receive(ps, pinged)
 		if err != nil {
 			h.mu.Lock()
 			closed := h.closed
 			h.mu.Unlock()
 			if closed || errors.Is(err, redis.ErrClosed) {
 				return
+			}
+			if pinged, err = h.checkHealth(ps, err, pinged); err == nil {
+				continue
 			}
 			if !broken {
 				h.log.Warn("dlock: pub/sub connection lost; resubscribing", "err", err)
@@ -515,6 +556,7 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 			backoff = min(backoff*2, time.Second)
 			continue
 		}
+		pinged = false
 		backoff = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Subscription:
@@ -526,8 +568,82 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 			}
 		case *redis.Message:
 			h.dispatch(m.Channel, m.Payload)
+		case *redis.Pong:
+			// The answer to the health check's PING: the connection is
+			// alive, and that was all it had to say.
 		}
 	}
+}
+
+// checkHealth takes a failed read's error, and returns whether a PING is
+// out for the next read and the connection's loss: nil when the error was
+// none (an interval of silence, now asked about with a PING, or an error
+// reply).
+func (h *Hub) checkHealth(ps *redis.PubSub, err error, pinged bool) (bool, error) {
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		// An error reply (BUSY to the PING from a server in a slow script,
+		// an ACL's refusal of a SUBSCRIBE): the connection is alive, and
+		// go-redis keeps it (it redials only for READONLY or a MOVED,
+		// which neither is answered with). Not a loss, nor a Warn once per
+		// interval while a script runs.
+		h.log.Debug("dlock: pub/sub error reply", "err", err)
+		return false, nil
+	case !pinged && isTimeout(err):
+		// Silent for an interval: ask.
+		if err = h.ping(ps); err == nil {
+			return true, nil
+		}
+		// Not even the PING could be sent: go-redis dropped the connection.
+	case pinged && isTimeout(err):
+		// Silent after the PING too: go-redis dropped the connection
+		// (receive).
+		err = fmt.Errorf("no reply to a PING within %v: %w", h.health, err)
+	}
+	return false, err // go-redis redials on the next read
+}
+
+// receive reads what comes next on ps for at most one health interval.
+//
+// Before a PING (pinged false) a silent interval is ReceiveTimeout's own
+// timeout, which keeps the connection: go-redis (v9.22.0's
+// PubSub.releaseConn) does not take it for a bad connection. After a PING
+// the interval is the ctx's deadline instead, with no timeout of
+// ReceiveTimeout's own: then the read's timeout is a bad connection to
+// go-redis, which closes it, and dials a new one and subscribes again
+// every channel the PubSub knows of on the next call. That drops a dead
+// connection through the public API and keeps the PubSub, whose
+// subscriptions the subscriber goroutine changes concurrently; closing it
+// and subscribing anew on another would race with them.
+// TestHubHealthCheck fails if a go-redis upgrade changes this.
+//
+// A timeout that cut a reply in two (its rest an interval late) leaves the
+// reader mid-reply: what follows fails to parse, and go-redis redials, or
+// at worst reads as a message nobody sent, which costs a waiter one
+// attempt, as any forged message does.
+func (h *Hub) receive(ps *redis.PubSub, pinged bool) (any, error) {
+	if !pinged {
+		return ps.ReceiveTimeout(context.Background(), h.health)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.health)
+	defer cancel()
+	return ps.ReceiveTimeout(ctx, 0)
+}
+
+// ping sends the health check's PING; its answer is read by read. The
+// write is bounded by an interval, and so is a dial when the connection is
+// down (go-redis dials on Ping then).
+func (h *Hub) ping(ps *redis.PubSub) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.health)
+	defer cancel()
+	return ps.Ping(ctx)
+}
+
+// isTimeout reports whether err is a read's timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (h *Hub) confirmed(name string, again bool) {

@@ -1,14 +1,18 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-dev/dlock/internal/testenv"
@@ -255,4 +259,154 @@ func TestJoinEndsAtClose(t *testing.T) {
 	if err := <-joined; !errors.Is(err, ErrClosed) {
 		t.Fatalf("JoinAll when the hub closed: %v, want ErrClosed (not the ctx's end)", err)
 	}
+}
+
+// healthHub returns a Hub whose pub/sub connection goes through a fault
+// proxy in front of a new redis-server, with a health interval of
+// interval, and a waiter joined on it (the client channel confirmed).
+func healthHub(t *testing.T, interval time.Duration, log *slog.Logger) (*testenv.Redis, *testenv.FaultProxy, *Hub, *Waiter) {
+	t.Helper()
+	r := testenv.StartRedis(t)
+	p := testenv.NewFaultProxy(t, r.Addr())
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                     p.Addr(),
+		DialTimeout:              time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := New(rdb, Config{ClientChannel: healthClient, HealthInterval: interval, CloseWait: time.Second, Log: log})
+	t.Cleanup(func() { _ = h.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := h.Join(ctx, "lockchan", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Leave(w) })
+	return r, p, h, w
+}
+
+const healthClient = "dlock:client:health"
+
+// heardWithin publishes a hand-off to w on r's client channel every
+// quarter interval until w hears one, and returns when w was first woken
+// for something else (0: never) and when it heard the hand-off, measured
+// from start; it fails the test after giveUp.
+func heardWithin(t *testing.T, r *testenv.Redis, w *Waiter, start time.Time, interval, giveUp time.Duration) (woken, heard time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), giveUp+10*time.Second)
+	defer cancel()
+	handoff := strconv.FormatUint(w.Ticket, 10) + " 12345678901234567 2000"
+	tick := time.NewTicker(interval / 4)
+	defer tick.Stop()
+	end := time.NewTimer(giveUp - time.Since(start))
+	defer end.Stop()
+	for {
+		select {
+		case <-w.C:
+			ev := w.Take()
+			if ev.Handoff {
+				return woken, time.Since(start)
+			}
+			if ev.Retry && woken == 0 {
+				woken = time.Since(start)
+			}
+		case <-tick.C:
+			if _, err := r.Do(ctx, "PUBLISH", healthClient, handoff); err != nil {
+				t.Fatal(err)
+			}
+		case <-end.C:
+			t.Fatalf("no hand-off heard %v after start (health interval %v)", time.Since(start), interval)
+		}
+	}
+}
+
+// A pub/sub connection that goes silent without being closed (its peer
+// vanished: no FIN, no RST) is found dead by the reader's health check
+// within two intervals, dropped and redialed: the waiters are told to
+// re-check, and what is published from then on reaches them. An idle
+// connection that answers its PINGs is kept.
+func TestHubHealthCheck(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	r, p, _, w := healthHub(t, interval, slog.New(slog.DiscardHandler))
+
+	// Idle and alive: PINGs are answered, nothing is redialed or woken.
+	accepted := p.Accepted()
+	time.Sleep(6 * interval)
+	if n := p.Accepted(); n != accepted {
+		t.Fatalf("%d connections dialed while the pub/sub connection was idle and alive", n-accepted)
+	}
+	select {
+	case <-w.C:
+		t.Fatalf("waiter woken (%+v) while the connection was idle and alive", w.Take())
+	default:
+	}
+
+	// The open connection goes silent; a new one would work. Hand-offs
+	// are published on the server itself until the waiter hears one.
+	p.BlackholeOpen()
+	start := time.Now()
+	woken, heard := heardWithin(t, r, w, start, interval, 25*interval)
+	t.Logf("silent connection: re-check at the reconnect after %v (0: with the hand-off), hand-off heard after %v (health interval %v)", woken, heard, interval)
+	if heard > 10*interval {
+		t.Fatalf("hand-off heard %v after the connection went silent, want within %v", heard, 10*interval)
+	}
+	if p.Accepted() == accepted {
+		t.Fatal("hand-off heard without a new connection")
+	}
+}
+
+// A server in a slow script answers the health check's PING with BUSY:
+// that is an answer, and the connection is kept, without a warning.
+func TestHubHealthBusy(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	var buf syncBuffer
+	r, p, _, w := healthHub(t, interval, slog.New(slog.NewTextHandler(&buf, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.Do(ctx, "CONFIG", "SET", "busy-reply-threshold", "50"); err != nil {
+		t.Fatal(err)
+	}
+	accepted := p.Accepted()
+	script := make(chan error, 1)
+	go func() {
+		_, err := r.Do(ctx, "EVAL", "while true do end", "0")
+		script <- err
+	}()
+	time.Sleep(6 * interval)
+	if _, err := r.Do(ctx, "SCRIPT", "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-script; err == nil {
+		t.Fatal("the busy script ended without an error after SCRIPT KILL")
+	}
+	start := time.Now()
+	woken, heard := heardWithin(t, r, w, start, interval, 25*interval)
+	if woken != 0 {
+		t.Fatalf("waiter woken %v before the hand-off (at %v): the connection was taken for lost", woken, heard)
+	}
+	if n := p.Accepted(); n != accepted {
+		t.Fatalf("%d connections dialed while the server was busy", n-accepted)
+	}
+	if log := buf.String(); strings.Contains(log, "WARN") {
+		t.Fatalf("warned while the server was busy:\n%s", log)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

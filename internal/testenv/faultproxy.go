@@ -39,6 +39,10 @@ const proxyQueue = 256
 //     are still read from both sides, but nothing is delivered; the bytes
 //     wait (as TCP retransmission would deliver them) until Heal, and
 //     connections stay open. A client sees its calls hang.
+//   - BlackholeOpen is a blackhole of the connections open now only, until
+//     Heal: connections opened later flow. A client sees its open
+//     connections go silent (a half-open connection: a peer that vanished
+//     without FIN or RST) while a redial works.
 //   - Reset sends RST on every open connection, to the client and to the
 //     target (SO_LINGER 0, then close).
 //   - Refuse closes the listener: new connections are refused (ECONNREFUSED)
@@ -60,6 +64,7 @@ type FaultProxy struct {
 	ln     net.Listener // nil while refusing or closed
 	conns  map[*proxyConn]struct{}
 	flow   chan struct{} // closed while bytes flow; open while blackholed
+	hold   chan struct{} // closed while held connections flow; open from BlackholeOpen to Heal
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -71,7 +76,12 @@ type proxyConn struct {
 	done           chan struct{} // closed by teardown
 	once           sync.Once
 	halves         atomic.Int32 // directions that ended cleanly
+	held           bool         // guarded by p.mu: BlackholeOpen holds its bytes at p.hold
 }
+
+// closedGate is a closed channel: the hold of a connection that
+// BlackholeOpen did not hold.
+var closedGate = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 type chunk struct {
 	b  []byte
@@ -92,8 +102,10 @@ func StartFaultProxy(target string) (*FaultProxy, error) {
 		ln:     ln,
 		conns:  make(map[*proxyConn]struct{}),
 		flow:   make(chan struct{}),
+		hold:   make(chan struct{}),
 	}
 	close(p.flow)
+	close(p.hold)
 	p.wg.Add(1)
 	go p.accept(ln)
 	return p, nil
@@ -156,6 +168,22 @@ func (p *FaultProxy) Blackhole() {
 	}
 }
 
+// BlackholeOpen stops delivering bytes in both directions on the
+// connections open now, until Heal; connections accepted later flow (unless
+// Blackhole is set too). Connections stay open.
+func (p *FaultProxy) BlackholeOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.hold:
+		p.hold = make(chan struct{})
+	default: // already holding: the connections open now join the hold
+	}
+	for c := range p.conns {
+		c.held = true
+	}
+}
+
 // Blackholed reports whether the proxy is blackholed.
 func (p *FaultProxy) Blackholed() bool {
 	p.mu.Lock()
@@ -200,8 +228,8 @@ func (p *FaultProxy) Refuse() error {
 	return err
 }
 
-// Heal ends every fault: no latency, bytes flow again (those held by a
-// blackhole are delivered now), and after Refuse the listener is back on
+// Heal ends every fault: no latency, bytes flow again (those held by
+// Blackhole or BlackholeOpen are delivered now), and after Refuse the listener is back on
 // the same address. It fails only if the port cannot be listened on again
 // within a few seconds (another program took it meanwhile) or the proxy is
 // closed.
@@ -216,6 +244,11 @@ func (p *FaultProxy) Heal() error {
 	case <-p.flow:
 	default:
 		close(p.flow)
+	}
+	select {
+	case <-p.hold:
+	default:
+		close(p.hold)
 	}
 	if p.ln != nil {
 		return nil
@@ -381,12 +414,17 @@ func (c *proxyConn) write(dst *net.TCPConn, ch <-chan chunk, latency *atomic.Int
 			}
 		}
 		c.p.mu.Lock()
-		flow := c.p.flow
+		flow, hold := c.p.flow, closedGate
+		if c.held {
+			hold = c.p.hold
+		}
 		c.p.mu.Unlock()
-		select {
-		case <-flow:
-		case <-c.done:
-			return
+		for _, gate := range []chan struct{}{flow, hold} {
+			select {
+			case <-gate:
+			case <-c.done:
+				return
+			}
 		}
 		if _, err := dst.Write(ck.b); err != nil {
 			c.teardown(true)

@@ -169,6 +169,50 @@ func TestProxyBlackhole(t *testing.T) {
 	pingTime(t, c)
 }
 
+// BlackholeOpen silences the connections open at the call, both ways, and
+// keeps them open, while a connection opened after it works; Heal delivers
+// what was held.
+func TestProxyBlackholeOpen(t *testing.T) {
+	r := StartRedis(t)
+	p := NewFaultProxy(t, r.Addr())
+	old, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	waitForT(t, "the first connection relayed", func() bool { return p.Conns() == 1 })
+
+	p.BlackholeOpen()
+	if p.Blackholed() {
+		t.Fatal("Blackholed() = true after BlackholeOpen: new connections flow")
+	}
+	if _, err := old.Write([]byte("*3\r\n$3\r\nSET\r\n$4\r\nheld\r\n$1\r\n1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = old.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := old.Read(make([]byte, 16)); err == nil || n > 0 {
+		t.Fatalf("read %d bytes, %v on a held connection", n, err)
+	}
+	c := proxiedClient(t, p.Addr()) // dials after the hold: it flows
+	pingTime(t, c)
+	if v, err := r.Do(ctxT(t, 5*time.Second), "EXISTS", "held"); err != nil || v != int64(0) {
+		t.Fatalf("EXISTS held = %v, %v: the held connection's SET went through", v, err)
+	}
+	if p.Conns() != 2 {
+		t.Fatalf("Conns() = %d, want the held connection and the new one", p.Conns())
+	}
+
+	if err := p.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	_ = old.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 5)
+	if _, err := old.Read(buf); err != nil || string(buf) != "+OK\r\n" {
+		t.Fatalf("after Heal the held SET answered %q, %v", buf, err)
+	}
+	pingTime(t, c)
+}
+
 // Reset breaks open connections with an RST: a call in flight fails, a raw connection reads ECONNRESET, and the next call
 // dials a fresh connection that works.
 func TestProxyReset(t *testing.T) {
