@@ -326,7 +326,11 @@
 // token; a replicated counter carries on.
 //
 // Waiting is driven by pub/sub, but a lost message costs at most one re-check
-// interval (3s) or the holder's TTL, whichever is shorter. A waiter that
+// interval (3s) or the holder's TTL, whichever is shorter. A pub/sub
+// connection that goes silent (its peer gone without a reset: a partition,
+// a frozen host) is sent a PING after 5s of silence and replaced when the
+// PING is not answered within 5s more; every waiter then re-checks. An idle
+// Client's pub/sub connection costs Redis that one PING every 5s. A waiter that
 // crashed while queued can delay the others by at most the hand-off claim
 // window (2s, WithHandoffClaim) plus that interval. A waiter whose caller
 // gave up leaves the queue in the background, moments later; a hand-off that
