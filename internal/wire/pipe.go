@@ -120,6 +120,9 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 	c := p.cur.Load()
 	var other []*Call
 	n := 0
+	if c != nil {
+		c.buf = c.buf[:0]
+	}
 	for _, cl := range batch {
 		if c == nil || !pipeable(cl.Cmd) {
 			other = append(other, cl)
@@ -127,6 +130,19 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		}
 		if !cl.state.CompareAndSwap(queued, sent) && cl.Droppable {
 			b.delivered(1) // the caller left before it was sent
+			continue
+		}
+		// Serialized before the calls are put in inflight: from then on
+		// the reader may resend and answer them (the connection broke),
+		// and their callers free them and reuse their arguments.
+		mark := len(c.buf)
+		var err error
+		if c.buf, err = appendCommand(c.buf, cl.Cmd.Args()); err != nil {
+			// An argument that cannot be marshalled: nothing of it is
+			// written, and go-redis fails the call with the error.
+			c.buf = c.buf[:mark]
+			requeue(cl, false)
+			other = append(other, cl)
 			continue
 		}
 		batch[n] = cl
@@ -139,13 +155,6 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		return
 	}
 	batch = batch[:n]
-	// Serialized before the calls are put in inflight: from then on the
-	// reader may resend and answer them (the connection broke), and their
-	// callers free them and reuse their arguments.
-	c.buf = c.buf[:0]
-	for _, cl := range batch {
-		c.buf = appendCommand(c.buf, cl.Cmd.Args())
-	}
 	now := time.Now()
 	c.mu.Lock()
 	if c.closed {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,37 @@ func TestPipeRedialsOverACustomDialer(t *testing.T) {
 			t.Fatal("the pipe's redial did not put a new connection in use")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// failingArg is a command argument whose MarshalBinary fails.
+type failingArg struct{}
+
+var errMarshal = errors.New("failingArg cannot be marshalled")
+
+func (failingArg) MarshalBinary() ([]byte, error) { return nil, errMarshal }
+
+// An argument whose MarshalBinary fails is not written as an empty string
+// (a command other than the caller's): the call goes to go-redis, which
+// fails it with the error as it fails any marshalling error, and the calls
+// beside it on the pipe are written and answered.
+func TestPipeHandsBackAnArgumentThatCannotBeMarshalled(t *testing.T) {
+	rdb := testenv.StartRedis(t).NewClient(t)
+	w := pipedWire(t, rdb)
+	ctx := context.Background()
+	bad := redis.NewCmd(ctx, "echo", failingArg{})
+	if err := do(ctx, w, bad); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(bad.Err(), errMarshal) {
+		t.Fatalf("ECHO of an argument that cannot be marshalled: %q, %v; want the marshalling error", bad.Val(), bad.Err())
+	}
+	_, before := w.PipeStats()
+	good := redis.NewIntCmd(ctx, "incr", "pipe:review:after-bad")
+	if err := do(ctx, w, good); err != nil {
+		t.Fatal(err)
+	}
+	if _, after := w.PipeStats(); good.Err() != nil || good.Val() != 1 || after != before+1 {
+		t.Fatalf("the call after it: %d, %v; pipe calls %d -> %d", good.Val(), good.Err(), before, after)
 	}
 }

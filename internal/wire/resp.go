@@ -66,8 +66,11 @@ func pipeable(cmd redis.Cmder) bool {
 }
 
 // appendCommand appends args as a RESP2 array of bulk strings. Call it
-// only for a command pipeable accepted.
-func appendCommand(b []byte, args []any) []byte {
+// only for a command pipeable accepted. When an argument's MarshalBinary
+// fails it returns the error, and b is to be cut back to its length
+// before the call: go-redis, which the call is then given to, reports the
+// error to the caller as it would any marshalling error.
+func appendCommand(b []byte, args []any) ([]byte, error) {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
 	b = append(b, '\r', '\n')
@@ -94,12 +97,16 @@ func appendCommand(b []byte, args []any) []byte {
 		case uint64:
 			s = strconv.AppendUint(num[:0], v, 10)
 		case encoding.BinaryMarshaler:
-			// A script's digest: its MarshalBinary never fails.
-			s, _ = v.MarshalBinary()
+			// A script's digest, whose MarshalBinary never fails, or a
+			// caller's argument, whose may.
+			var err error
+			if s, err = v.MarshalBinary(); err != nil {
+				return b, err
+			}
 		}
 		b = appendBulk(b, s)
 	}
-	return b
+	return b, nil
 }
 
 // appendBulk appends s as a RESP2 bulk string.

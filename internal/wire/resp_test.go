@@ -16,7 +16,11 @@ import (
 func TestAppendCommand(t *testing.T) {
 	s := "key"
 	d := &digest{}
-	got := string(appendCommand(nil, []any{"evalsha", d, 2, &s, []byte("b"), int64(-7), uint64(9)}))
+	b, err := appendCommand(nil, []any{"evalsha", d, 2, &s, []byte("b"), int64(-7), uint64(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
 	want := "*7\r\n$7\r\nevalsha\r\n$40\r\n" + string(unknownSHA) + "\r\n$1\r\n2\r\n$3\r\nkey\r\n$1\r\nb\r\n$2\r\n-7\r\n$1\r\n9\r\n"
 	if got != want {
 		t.Fatalf("appendCommand wrote %q, want %q", got, want)
