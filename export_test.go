@@ -197,3 +197,6 @@ func PipeCallsForTest(c *Client) int64 {
 	_, calls := c.wire().PipeStats()
 	return calls
 }
+
+// PipeConnsForTest returns how many connections c's pipe has put in use.
+func PipeConnsForTest(c *Client) int64 { return c.wire().PipeConns() }

@@ -17,7 +17,7 @@ import (
 // A Sentinel failover measured over many grants in flight, without replica
 // acknowledgement: grants made in the last moments before the promotion may
 // not have reached the replica, and the promoted replica grants those locks
-// again. Each such overlap must be caught by fencing and its first holder
+// again. Each such overlap must be caught by fencing and its stale holder
 // told; the row reports the share of grants in flight that were lost and
 // the share of those whose holder was told.
 func TestFaultSentinelFailover(t *testing.T) {

@@ -1,7 +1,11 @@
 package dlock_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,7 +98,7 @@ func (s *scenario) contendOnPipes(cs []*dlock.Client, o holdOpts, hi time.Durati
 // calls go on the Clients' pipes when Redis dies. The pipes' calls in
 // flight are resent through go-redis, the pipes redial; as in the restart
 // scenario of 3 Clients × 2 goroutines, an overlap with a holder inside at
-// the crash must be caught by fencing and its first holder told.
+// the crash must be caught by fencing and its stale holder told.
 func TestFaultPipeRedisRestart(t *testing.T) {
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "Redis killed and restarted, many callers per Client", r)
@@ -118,4 +122,184 @@ func TestFaultPipeRedisRestart(t *testing.T) {
 	if piped() == 0 {
 		t.Error("no call went on a pipe: the scenario did not test it")
 	}
+}
+
+// CLIENT PAUSE ALL of 300 ms, three times, under many callers per Client:
+// two Clients, eight goroutines each on eight names and eight pollers each
+// on eight more, so that the calls made while Redis is paused (the
+// pollers' tries, the releases of the holds that end meanwhile, the
+// renewals) are more than four per Client and most of them go out on the
+// Clients' pipes, and wait there, written and unanswered, until Redis runs
+// again. As in the CLIENT PAUSE scenario of 3 Clients × 2 goroutines,
+// Redis keeps its data and expires nothing while paused: no overlap.
+// Unlike its long pause (two watchdogs, which must tell the holder inside
+// fn), these last half the watchdog: longer than every hold and than the
+// renewal period, so that every hold's renewal falls due during one and
+// is answered late, but shorter than what a hold has left of its validity
+// when a pause begins (at least the watchdog less a renewal period and the
+// drift margin, 392 ms). So no holder may be told of a loss; and the
+// pipes' read timeout (1 s) is far: every call a pipe wrote during a
+// pause must be answered on the same connection after it, none resent
+// through go-redis.
+func TestFaultPipeClientPause(t *testing.T) {
+	const pause = 300 * time.Millisecond
+	r := testenv.StartRedis(t)
+	s := newScenario(t, "CLIENT PAUSE, many callers per Client", r)
+	var cs []*dlock.Client
+	for range 2 {
+		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
+	}
+	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
+	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	conns := func() (n int64) {
+		for _, c := range cs {
+			n += dlock.PipeConnsForTest(c)
+		}
+		return n
+	}
+	conns0 := conns()
+	var paused []int64 // calls the pipes wrote during each pause
+	var resumed time.Time
+	ctx := context.Background()
+	for range 3 {
+		time.Sleep(pause)
+		if _, err := r.Do(ctx, "CLIENT", "PAUSE", strconv.Itoa(int(pause.Milliseconds())), "ALL"); err != nil {
+			t.Fatal(err)
+		}
+		s.fault("client pause")
+		before := piped()
+		// Counted until shortly before the pause ends: a call written
+		// later may be answered at once.
+		time.Sleep(pause - 30*time.Millisecond)
+		paused = append(paused, piped()-before)
+		time.Sleep(30 * time.Millisecond)
+		resumed = time.Now()
+	}
+	time.Sleep(time.Second)
+	stopPolls()
+	stop()
+	redialed := conns() - conns0
+	leaks := s.shutdown()
+	row, st := s.row("CLIENT PAUSE ALL 300 ms, three times, 300 ms apart; 2 Clients × (8 goroutines on 8 names + 8 pollers on 8 more), holds 0–20 ms, watchdog 600 ms", leaks)
+	row.Notes = fmt.Sprintf("%s calls written on the pipes during the pauses, answered on the same connections after them (%d pipe connections redialed); %d lock calls failed",
+		joinInts(paused), redialed, s.errCount("other"))
+	record(t, row)
+	s.assertExclusive(st)
+	s.assertNoLoss(st, "while Redis kept every lock and each pause was shorter than what a hold had left")
+	if n := s.errCount("other"); n > 0 {
+		t.Errorf("%d lock calls failed across pauses shorter than every timeout", n)
+	}
+	if redialed > 0 {
+		t.Errorf("%d pipe connections put in use during the pauses: a pipe's connection broke and its calls were resent through go-redis, not answered on it", redialed)
+	}
+	if n := s.grantsAfter(resumed); n == 0 {
+		t.Error("no grant after the last pause")
+	}
+	for i, n := range paused {
+		if n == 0 {
+			t.Errorf("no call went on a pipe during pause %d: the scenario did not test it", i+1)
+		}
+	}
+}
+
+// FLUSHALL twice, 700 ms apart, under many callers per Client: two
+// Clients, eight goroutines each on eight names and eight pollers each on
+// eight more, so that the calls that meet the emptied server (the releases
+// and renewals of the holds inside at the flush, the attempts granted on
+// the empty keys) go out on the Clients' pipes. The connections do not
+// break; the data is gone. As in the FLUSHALL scenario of 3 Clients × 2
+// goroutines (which has pollers too: a lock that vanished is taken at
+// once), an overlap with a holder inside at the flush must be caught by
+// fencing and its stale holder told.
+func TestFaultPipeFlushAll(t *testing.T) {
+	const window = 100 * time.Millisecond
+	r := testenv.StartRedis(t)
+	s := newScenario(t, "FLUSHALL, many callers per Client", r)
+	var cs []*dlock.Client
+	for range 2 {
+		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
+	}
+	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
+	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	var after []int64 // calls the pipes wrote in the window after each flush
+	var flushed time.Time
+	ctx := context.Background()
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(700 * time.Millisecond)
+		}
+		// Recorded before it is sent: a holder may be told of the flush
+		// before its reply reaches the test, and its signal must count
+		// from this flush, not the one before.
+		s.fault("flushall")
+		before := piped()
+		if _, err := r.Do(ctx, "FLUSHALL"); err != nil {
+			t.Fatal(err)
+		}
+		flushed = time.Now()
+		time.Sleep(window)
+		after = append(after, piped()-before)
+	}
+	time.Sleep(time.Second)
+	stopPolls()
+	stop()
+	leaks := s.shutdown()
+	row, st := s.row("FLUSHALL twice, 700 ms apart; 2 Clients × (8 goroutines on 8 names + 8 pollers on 8 more), holds 0–20 ms, watchdog 600 ms", leaks)
+	row.Notes = fmt.Sprintf("%s calls went on the pipes in the %v after each flush; %d of the overlaps' stale holders entered after the live one (their grant's reply read late); %d lock calls failed",
+		joinInts(after), window, st.staleSecond, s.errCount("other"))
+	record(t, row)
+	s.assertFenced(st)
+	if n := s.grantsAfter(flushed); n == 0 {
+		t.Error("no grant after the last flush")
+	}
+	for i, n := range after {
+		if n == 0 {
+			t.Errorf("no call went on a pipe in the %v after flush %d: the scenario did not test it", window, i+1)
+		}
+	}
+}
+
+// pollOwnNames starts, as serverScenario does beside its contenders, a
+// poller per Client of cs on each of eight names of their own ("poll0" to
+// "poll7": a poller on a contender's name would wait at its Client's gate
+// for the name, behind the contender, and make no call): every 5 ms it
+// tries the lock without waiting, and holds it 0 to hi when granted. A
+// contender waiting for its turn has no call in flight; a poller mostly
+// has one. When Redis stalls, each Client's eight pollers' calls wait
+// with the contenders' releases and the renewals, more than four, and
+// the rest of them go on the Client's pipe.
+func (s *scenario) pollOwnNames(cs []*dlock.Client, hi time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		for k := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprintf("poll%d", k)
+				work := randWork(uint64(1000+10*i+k), 0, hi)
+				for n := 0; ; n++ {
+					select {
+					case <-done:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					_ = s.holdOnce(c, fmt.Sprintf("c%d/%s#%d", i, name, n), name, work(), dlock.WaitTime(0))
+				}
+			}()
+		}
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// joinInts lists ns as "a, b and c".
+func joinInts(ns []int64) string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, strconv.FormatInt(n, 10))
+	}
+	if len(out) < 2 {
+		return strings.Join(out, "")
+	}
+	return strings.Join(out[:len(out)-1], ", ") + " and " + out[len(out)-1]
 }

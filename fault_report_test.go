@@ -131,7 +131,7 @@ one it accepted (or equal to another holder's): a stale write.
   the stale holder's write (the later token won). While Redis keeps its data the
   suite asserts no overlap at all; where Redis loses data (restart without
   persistence, FLUSHALL, failover without replica ack) it asserts that every
-  overlap is caught and that the first holder was told.
+  overlap is caught and that its stale holder (the lower token) was told.
 - **Told**: holders told of a loss (their context cancelled with
   ` + "`ErrLockLost`" + `, or ` + "`WithLock`/`Unlock`" + ` returning it).
 - **Leaks**: goroutines above the baseline after the clients closed, channels

@@ -60,7 +60,7 @@ func serverScenario(t *testing.T, name string, watchdog, lo, hi time.Duration, i
 // contention, twice: every lock, queue and fencing counter is gone. Holders
 // inside at the crash may overlap with the next holders on the empty server;
 // each such overlap must be caught by fencing (tokens restart from the
-// server clock, above every earlier one) and its first holder told.
+// server clock, above every earlier one) and its stale holder told.
 func TestFaultRedisRestart(t *testing.T) {
 	const faults = "SIGKILL, 300 ms down, restart empty; twice, 700 ms apart; 3 Clients × 2 goroutines, holds 20–200 ms, watchdog 600 ms"
 	s, st, row, _ := serverScenario(t, "Redis killed and restarted", 600*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond,
@@ -90,7 +90,7 @@ func (s *scenario) killAndRestart(r *testenv.Redis) {
 }
 
 // FLUSHALL under contention, twice: the data is gone while Redis runs. As
-// for a restart, overlaps must be caught by fencing and their first holders
+// for a restart, overlaps must be caught by fencing and their stale holders
 // told.
 func TestFaultFlushAll(t *testing.T) {
 	const faults = "FLUSHALL twice, 700 ms apart; 3 Clients × 2 goroutines, holds 20–200 ms, watchdog 600 ms"
