@@ -48,11 +48,43 @@ func (c *pconn) close() {
 		c.more <- struct{}{}
 	}
 	if !was {
-		// The net.Conn first: go-redis may keep a connection it finds
-		// healthy, and the reader must be interrupted.
+		// The net.Conn before go-redis's hold of it: go-redis may keep a
+		// connection it finds healthy, and the reader must be interrupted.
+		// And the transport under it (a TLS connection's TCP connection)
+		// before the net.Conn itself: TLS's Close, when no write is in
+		// flight, first sends close_notify under a write deadline of its
+		// own (five seconds: no deadline set here would shorten it), and
+		// with the send buffer full (a Redis that stopped reading) it
+		// waits all of it, on the writer (the calls queued for the pipe
+		// behind it, the connection still in use), on the reader (the
+		// calls it holds not yet resent) or in Stop (Client.Close past its
+		// close timeout). Its transport closed, close_notify fails at
+		// once; Redis needs none (a command cut short is not run). A
+		// Dialer's connection that hides a TLS one (no NetConn) may still
+		// wait.
+		_ = transport(c.nc).Close()
 		_ = c.nc.Close()
 		_ = c.rc.Close()
 	}
+}
+
+// transport returns the connection under nc (a TLS connection's TCP
+// connection), found by NetConn as crypto/tls names it, or nc itself.
+func transport(nc net.Conn) net.Conn {
+	// A few layers at most: a NetConn that returned its own connection
+	// must not loop (and a net.Conn need not be comparable).
+	for range 4 {
+		u, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		under := u.NetConn()
+		if under == nil {
+			break
+		}
+		nc = under
+	}
+	return nc
 }
 
 // redial dials the pipe's connection in the background and puts it in use
