@@ -261,3 +261,63 @@ func TestReleaseAfterDataLossAndRegrant(t *testing.T) {
 		t.Fatalf("Unlock after FLUSHALL and another grant = %v, want ErrDataLost", err)
 	}
 }
+
+// The same when the new sequence began a moment after the holder's token
+// was issued (Redis lost the data and another owner took the lock within
+// two milliseconds): the sequence's start is read back exactly from the
+// counter's expiry (PEXPIRETIME), where PTTL and the clock, read with 2 ms
+// of slack, took the holder's token for one of the new sequence and the
+// release for its own, resent (Unlock returned nil). The new sequence is
+// written as issue_token writes it, 1.5 ms after the holder's token, so the
+// test does not depend on timing. A release whose field is gone in the
+// sequence its own token began (its own release, run before) still finds
+// GONE, not a loss.
+func TestReleaseAfterDataLossAndRegrantWithinTwoMilliseconds(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	rdb := rdbFor(t, r)
+	ctx := ctxT(t)
+	day := (24 * time.Hour).Milliseconds()
+
+	// The Client's channel is confirmed first: the recheck of every hold
+	// that follows the confirmation would find the loss before the release
+	// (and, without the holder's token, tell it as GONE).
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
+	m := c.Mutex("regrant-close")
+	mustLock(t, m)
+	tok := m.Token()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := tok + 1500
+	if err := rdb.Set(ctx, "dlock:fence:{regrant-close}", start, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpireAt(ctx, "dlock:fence:{regrant-close}", time.UnixMilli(int64(start/1000)+day)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "regrant-close", "another-client:1", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpire(ctx, "regrant-close", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, ErrDataLost) {
+		t.Fatalf("Unlock after FLUSHALL and a grant 1.5 ms after the holder's = %v, want ErrDataLost", err)
+	}
+
+	own := c.Mutex("regrant-own")
+	mustLock(t, own)
+	if n := rdb.PExpireTime(ctx, "dlock:fence:{regrant-own}").Val(); n.Milliseconds() != int64(own.Token()/1000)+day {
+		t.Fatalf("the counter expires at %d ms, want the first token's millisecond %d plus a day", n.Milliseconds(), own.Token()/1000)
+	}
+	// Its release ran (a reply lost, say): the field is gone, the sequence
+	// is the one its token began.
+	if err := rdb.Del(ctx, "regrant-own").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Unlock(ctx); err != nil {
+		t.Fatalf("a release resent after its own release = %v, want nil", err)
+	}
+}
