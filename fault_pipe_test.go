@@ -94,8 +94,9 @@ func (s *scenario) contendOnPipes(cs []*dlock.Client, o holdOpts, hi time.Durati
 }
 
 // Redis killed (SIGKILL) and restarted empty, twice, under many callers per
-// Client: two Clients, eight goroutines each on eight names, so that their
-// calls go on the Clients' pipes when Redis dies. The pipes' calls in
+// Client: two Clients, eight goroutines each on eight names and eight
+// pollers each on eight more, so that their calls go on the Clients' pipes
+// when Redis dies. The pipes' calls in
 // flight are resent through go-redis, the pipes redial; as in the restart
 // scenario of 3 Clients × 2 goroutines, an overlap with a holder inside at
 // the crash must be caught by fencing and its stale holder told.
@@ -107,12 +108,16 @@ func TestFaultPipeRedisRestart(t *testing.T) {
 		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
 	}
 	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
+	// Pollers, so that calls are in flight on the pipes when Redis dies:
+	// a contender waiting its turn has none (pollOwnNames).
+	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
 	s.killAndRestart(r)
 	after := time.Now()
 	time.Sleep(time.Second)
+	stopPolls()
 	stop()
 	leaks := s.shutdown()
-	row, st := s.row("SIGKILL, 300 ms down, restart empty; twice, 700 ms apart; 2 Clients × 8 goroutines on 8 names, holds 0–20 ms, watchdog 600 ms", leaks)
+	row, st := s.row("SIGKILL, 300 ms down, restart empty; twice, 700 ms apart; 2 Clients × (8 goroutines on 8 names + 8 pollers on 8 more), holds 0–20 ms, watchdog 600 ms", leaks)
 	row.Notes = fmt.Sprintf("%d calls went on the pipes meanwhile; %d lock calls failed while Redis was down", piped(), s.errCount("other"))
 	record(t, row)
 	s.assertFenced(st)
