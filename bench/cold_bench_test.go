@@ -18,10 +18,13 @@ import (
 // and the round trip are left out. The shapes are a plain SET, an empty
 // script, the peers' compare-and-delete (two redis.calls), and scripts of
 // four and eight redis.calls (dlock's uncontended acquire and a pair's
-// worth). On the 2-vCPU AMD host of 2026-11-28 a cold redis.call cost about
-// 10 µs and a cold empty script 15-39 µs, against under 1 and 1.5 µs hot:
-// on such a host the number of redis.calls on a path, not its Lua, is what
-// a cold hand-off pays for.
+// worth). On the 2-vCPU AMD host of 2026-11-28 (quiet, two runs), cold
+// against back to back: SET 12-13 µs against 0.6-1; an empty script 31-32
+// against 3.5-4.5; compare-and-delete 37-39 against 4-5.6; four
+// redis.calls 78-81 against 8.4-9.3 (about 12 µs each over the empty
+// script); eight 100-102 against 13 (the next four about 5 µs each, the
+// script warming as it runs). On such a host the redis.calls on a cold
+// path, not its Lua, are most of what it costs Redis.
 //
 //	go test -run '^$' -bench ColdCall -benchtime 300x .
 func BenchmarkColdCall(b *testing.B) {
