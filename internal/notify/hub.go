@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -600,8 +601,46 @@ func (h *Hub) checkHealth(ps *redis.PubSub, err error, pinged bool) (bool, error
 		// Silent after the PING too: go-redis dropped the connection
 		// (receive).
 		err = fmt.Errorf("no reply to a PING within %v: %w", h.health, err)
+	case errors.Is(err, errUnparsed) || strings.HasPrefix(err.Error(), "redis: unsupported pubsub message"):
+		// A whole reply was read that no pub/sub message looks like: the
+		// reader is out of step with the stream (a timeout cut a message
+		// in two), and go-redis, which read the reply without an error,
+		// kept the connection. Dropped, so that the next read redials and
+		// subscribes again.
+		h.drop(ps)
 	}
 	return false, err // go-redis redials on the next read
+}
+
+// errUnparsed is receive's error for a reply go-redis could not take
+// apart (its PubSub.newMessage panics on some shapes that no server sends
+// in a pub/sub reply, but a read that began in the middle of one finds).
+var errUnparsed = errors.New("a reply that is no pub/sub message")
+
+// drop makes go-redis drop ps's connection: a read under a deadline that
+// has passed fails at once (after the replies already buffered, which are
+// thrown away: they follow the cut), and a read's timeout without a
+// timeout of ReceiveTimeout's own is a bad connection to go-redis
+// (receive). Bounded: nothing is read from the network.
+func (h *Hub) drop(ps *redis.PubSub) {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel()
+	for {
+		if _, err := receiveSafe(ctx, ps, 0); err != nil && !errors.Is(err, errUnparsed) {
+			return
+		}
+	}
+}
+
+// receiveSafe is ps.ReceiveTimeout, with a panic of go-redis' decoding of
+// the reply (PubSub.newMessage's type assertions) turned into errUnparsed.
+func receiveSafe(ctx context.Context, ps *redis.PubSub, timeout time.Duration) (msg any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("%w: %v", errUnparsed, r)
+		}
+	}()
+	return ps.ReceiveTimeout(ctx, timeout)
 }
 
 // receive reads what comes next on ps for at most one health interval.
@@ -619,16 +658,32 @@ func (h *Hub) checkHealth(ps *redis.PubSub, err error, pinged bool) (bool, error
 // TestHubHealthCheck fails if a go-redis upgrade changes this.
 //
 // A timeout that cut a reply in two (its rest an interval late) leaves the
-// reader mid-reply: what follows fails to parse, and go-redis redials, or
-// at worst reads as a message nobody sent, which costs a waiter one
-// attempt, as any forged message does.
+// reader mid-reply: what follows fails to parse, and go-redis redials; or
+// it parses as a reply that is no pub/sub message (go-redis returns an
+// error for some, and panics on others: an array whose first element is
+// not a string, which a payload's rest can be), and the reader drops the
+// connection itself (checkHealth); or it parses as a bare string, which
+// go-redis returns as a Pong, the message lost, and the reader drops the
+// connection too (a pong no PING of ours was answered with), so that the
+// waiters re-check at the new subscription; or at worst it reads as a
+// message nobody sent, which costs a waiter one attempt, as any forged
+// message does.
 func (h *Hub) receive(ps *redis.PubSub, pinged bool) (any, error) {
-	if !pinged {
-		return ps.ReceiveTimeout(context.Background(), h.health)
+	ctx, timeout := context.Background(), h.health
+	if pinged {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.health)
+		defer cancel()
+		timeout = 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.health)
-	defer cancel()
-	return ps.ReceiveTimeout(ctx, 0)
+	msg, err := receiveSafe(ctx, ps, timeout)
+	if p, ok := msg.(*redis.Pong); ok && p.Payload != "" && p.Payload != "PONG" {
+		// The health check's PING is answered "" (RESP2) or "PONG"
+		// (RESP3): a bare string that says anything else is the rest of
+		// a message (its payload), the message lost.
+		return nil, fmt.Errorf("%w: a pong %q", errUnparsed, p.Payload)
+	}
+	return msg, err
 }
 
 // ping sends the health check's PING; its answer is read by read. The
