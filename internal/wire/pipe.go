@@ -139,10 +139,14 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		var err error
 		if c.buf, err = appendCommand(c.buf, cl.Cmd.Args()); err != nil {
 			// An argument that cannot be marshalled: nothing of it is
-			// written, and go-redis fails the call with the error.
+			// written, and the call fails with the error, as go-redis
+			// fails it. Not handed back to the batch workers: their
+			// go-redis pipeline would fail with it every call it carried
+			// beside this one (go-redis fails a whole pipeline when one
+			// of its commands cannot be written).
 			c.buf = c.buf[:mark]
-			requeue(cl, false)
-			other = append(other, cl)
+			cl.Cmd.SetErr(err)
+			b.finish([]*Call{cl})
 			continue
 		}
 		batch[n] = cl

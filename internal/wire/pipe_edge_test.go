@@ -194,9 +194,9 @@ var errMarshal = errors.New("failingArg cannot be marshalled")
 func (failingArg) MarshalBinary() ([]byte, error) { return nil, errMarshal }
 
 // An argument whose MarshalBinary fails is not written as an empty string
-// (a command other than the caller's): the call goes to go-redis, which
-// fails it with the error as it fails any marshalling error, and the calls
-// beside it on the pipe are written and answered.
+// (a command other than the caller's): the call fails with the error, as
+// go-redis fails any marshalling error, and the calls beside it on the
+// pipe are written and answered.
 func TestPipeHandsBackAnArgumentThatCannotBeMarshalled(t *testing.T) {
 	rdb := testenv.StartRedis(t).NewClient(t)
 	w := pipedWire(t, rdb)
@@ -215,5 +215,35 @@ func TestPipeHandsBackAnArgumentThatCannotBeMarshalled(t *testing.T) {
 	}
 	if _, after := w.PipeStats(); good.Err() != nil || good.Val() != 1 || after != before+1 {
 		t.Fatalf("the call after it: %d, %v; pipe calls %d -> %d", good.Val(), good.Err(), before, after)
+	}
+}
+
+// A call whose argument cannot be marshalled, were it handed back to the
+// batch workers, would go with the other calls handed back beside it (a
+// command the pipe does not write, a call answered NOSCRIPT or LOADING on
+// the pipe) in one go-redis pipeline, and go-redis fails a whole pipeline
+// when one of its commands cannot be written: each of those calls would
+// fail with an error of an argument not its own. Only the call whose
+// argument it is gets the error.
+func TestPipeFailsAnUnmarshallableCallAlone(t *testing.T) {
+	rdb := testenv.StartRedis(t).NewClient(t)
+	w := pipedWire(t, rdb)
+	ctx := context.Background()
+	bad := NewCall(redis.NewCmd(ctx, "echo", failingArg{}), nil)
+	good := NewCall(redis.NewStatusCmd(ctx, "set", "pipe:review:beside-bad", "v"), nil) // not pipeable
+	w.batch.mu.Lock()
+	w.batch.pending += 2 // as submit counts them
+	w.batch.mu.Unlock()
+	w.pipe.write(&w.batch, []*Call{bad, good})
+	for _, cl := range []*Call{bad, good} {
+		if _, err := w.wait(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(bad.Cmd.Err(), errMarshal) {
+		t.Fatalf("the unmarshallable call: %v, want the marshalling error", bad.Cmd.Err())
+	}
+	if err := good.Cmd.Err(); err != nil {
+		t.Fatalf("the call handed back beside it: %v, want OK", err)
 	}
 }

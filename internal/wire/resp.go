@@ -68,8 +68,8 @@ func pipeable(cmd redis.Cmder) bool {
 // appendCommand appends args as a RESP2 array of bulk strings. Call it
 // only for a command pipeable accepted. When an argument's MarshalBinary
 // fails it returns the error, and b is to be cut back to its length
-// before the call: go-redis, which the call is then given to, reports the
-// error to the caller as it would any marshalling error.
+// before the call: the call then fails with the error, as go-redis fails
+// a call whose argument it cannot marshal.
 func appendCommand(b []byte, args []any) ([]byte, error) {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
