@@ -44,7 +44,10 @@ Everything after the first PING is bounded by --timeout (10s by default):
 a Redis that stops answering meanwhile (paused, overloaded, partitioned)
 ends the command with exit 69 within --timeout and a second, instead of after go-redis' read
 timeouts and retries (about 20 seconds with its defaults). The release may
-or may not have happened: read the lock again with dlock inspect.
+or may not have happened, unless the message says it was released (only
+the reading of the lock after it ran out of time): read the lock again
+with dlock inspect before running unlock again, which would break the lock
+of a waiter it was handed to.
 
 Exit codes: 0 done (held or not), 2 without --force, with a bad name or
 with a tenant's lock without its namespace, 65 NAME is not a lock (left as
@@ -86,9 +89,14 @@ password, an ACL denial), 1 other failures.`,
 			defer cancel()
 			msg, err := forceUnlockMsg(ctx, c, name)
 			var coded *exitError
+			var after *afterRelease
 			switch {
 			case errors.As(err, &coded):
 				return err
+			case errors.As(err, &after) && ctx.Err() != nil && cmd.Context().Err() == nil:
+				// The release was answered: it happened, and only the
+				// reading that follows it ran out of time.
+				return exitf(exitUnavailable, "%s released, but no answer from Redis at %s within --timeout %v to reading it after the release (dlock inspect %s tells who holds it now)", name, t.where(), timeout, name)
 			case err != nil && ctx.Err() != nil && cmd.Context().Err() == nil:
 				return exitf(exitUnavailable, "no answer from Redis at %s within --timeout %v: %s may or may not be released (dlock inspect %s tells)", t.where(), timeout, name, name)
 			case err != nil:
@@ -120,7 +128,7 @@ func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, 
 	}
 	after, err := c.Inspect(ctx, name)
 	if err != nil {
-		return "", fmt.Errorf("reading %s after the release: %w", name, err)
+		return "", &afterRelease{fmt.Errorf("reading %s after the release: %w", name, err)}
 	}
 	msg := name + " was held: released it"
 	if len(before.Holders) > 0 {
@@ -136,6 +144,13 @@ func forceUnlockMsg(ctx context.Context, c *dlock.Client, name string) (string, 
 	}
 	return msg, nil
 }
+
+// afterRelease is forceUnlockMsg's error when the release happened and
+// only the reading of the lock after it failed.
+type afterRelease struct{ err error }
+
+func (e *afterRelease) Error() string { return e.err.Error() }
+func (e *afterRelease) Unwrap() error { return e.err }
 
 // notLock gives an error that says NAME is not a lock its own exit code.
 func notLock(err error) error {
