@@ -21,10 +21,10 @@ local GONE, FORCED, DATA_LOST = 0, 2, 3
 -- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
 -- the lock's data (a restart without persistence, FLUSHALL, a failover that
 -- lost the writes): the fencing counter is gone, or, when the holder's token
--- is given, the counter is below it or its sequence began after that token
--- was issued (a sequence's tokens never run ahead of the clock, and a new
--- one starts from it: issue_token); else GONE (it expired, another owner
--- has it, or the holder's own release already ran).
+-- is given, the counter is below it or its sequence began after that token was issued (a
+-- sequence's start is its TTL's start: fence_ttl less what is left of it, and
+-- a sequence's tokens never run ahead of the clock); else GONE (it expired,
+-- another owner has it, or the holder's own release already ran).
 local function why_gone(fence, forced, field, token, fence_ttl)
   if redis.call('sismember', forced, field) == 1 then return FORCED end
   local left = redis.call('pttl', fence)
@@ -38,27 +38,11 @@ local function why_gone(fence, forced, field, token, fence_ttl)
     if cur < tonumber(token) then return DATA_LOST end
   end
   if token and fence_ttl then
-    -- When the sequence began: its expiry less fence_ttl. issue_token sets
-    -- the expiry at the millisecond of the sequence's first token plus
-    -- fence_ttl, so PEXPIRETIME (Redis 7.0) reads that millisecond back
-    -- exactly, never after the first token: our own release, resent, is
-    -- never taken for a loss, and only a token issued in the very
-    -- millisecond a new sequence began can pass for one of it (2ms and
-    -- more when the start was read from PTTL and the clock). Before 7.0 it
-    -- is read so, with 2ms of slack for their millisecond rounding. (A
-    -- sequence an older dlock began expires from its SET, a few µs after
-    -- its first token: read exactly, a first token a millisecond boundary
-    -- crossed meanwhile would be taken for a loss, on a resent release.)
-    local start_us
-    local at = redis.pcall('pexpiretime', fence)
-    if type(at) == 'number' and at > 0 then
-      start_us = (at - tonumber(fence_ttl)) * 1000
-    else
-      local t = redis.call('time')
-      local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      start_us = (now_ms - (tonumber(fence_ttl) - left)) * 1000 - 2000
-    end
-    if tonumber(token) < start_us then return DATA_LOST end
+    local t = redis.call('time')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local start_us = (now_ms - (tonumber(fence_ttl) - left)) * 1000
+    -- 2ms of slack for the TTL's and the clock's millisecond rounding.
+    if tonumber(token) < start_us - 2000 then return DATA_LOST end
   end
   return GONE
 end
@@ -68,19 +52,13 @@ end
 -- a new sequence ahead of every token of an earlier one, even after KEYS[2]
 -- expired or the data set was lost, as long as the server clock has moved
 -- forward since (a sequence advances one per grant, far slower than the clock).
---
--- The counter expires fence_ttl after the millisecond of the sequence's
--- first token (PXAT), not after the SET runs, so that why_gone reads that
--- millisecond back exactly.
 local function issue_token(fence_ttl)
   local t = redis.call('time')
   local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local at = string.format('%d', math.floor(tok / 1000) + tonumber(fence_ttl))
-  local last = tonumber(redis.call('set', KEYS[2], string.format('%d', tok), 'PXAT', at, 'GET') or '0')
+  local last = tonumber(redis.call('set', KEYS[2], tok, 'PX', fence_ttl, 'GET') or '0')
   if last ~= nil and last >= tok then
     tok = last + 1
-    at = string.format('%d', math.floor(tok / 1000) + tonumber(fence_ttl))
-    redis.call('set', KEYS[2], string.format('%d', tok), 'PXAT', at)
+    redis.call('set', KEYS[2], tok, 'PX', fence_ttl)
   end
   return tok
 end
@@ -104,7 +82,7 @@ local function reserve_tokens(fence_ttl, n)
   local top = redis.call('incrby', KEYS[2], n)
   if top == n then
     top = issue_token(fence_ttl) + n - 1
-    redis.call('set', KEYS[2], string.format('%d', top), 'KEEPTTL')
+    redis.call('set', KEYS[2], string.format('%d', top), 'PX', fence_ttl)
   end
   return top
 end
