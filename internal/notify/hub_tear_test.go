@@ -116,34 +116,22 @@ func newTearProxy(t *testing.T, target string, mark []byte) *tearProxy {
 // payload is anyone's to publish; here its rest reads as an array of two
 // integers, which go-redis' PubSub.newMessage asserts to be a string.
 func TestHubSurvivesAMessageCutAtTheHealthInterval(t *testing.T) {
-	const interval = 200 * time.Millisecond
-	r := testenv.StartRedis(t)
-	p := newTearProxy(t, r.Addr(), []byte("CUT"))
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                     p.ln.Addr().String(),
-		DialTimeout:              time.Second,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
-	h := New(rdb, Config{ClientChannel: healthClient, HealthInterval: interval, CloseWait: time.Second, Log: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { _ = h.Close() })
+	r, p, w := tearHub(t, "CUT")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := h.Join(ctx, "lockchan", "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Leave(w) })
 	p.armed.Store(true)
 	if _, err := r.Do(ctx, "PUBLISH", "lockchan", "CUT*2\r\n:1\r\n:2\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	// The reader times out mid-message, PINGs, and reads the rest.
-	time.Sleep(4 * interval)
+	time.Sleep(4 * tearInterval)
 	start := time.Now()
-	_, heard := heardWithin(t, r, w, start, interval, 25*interval)
+	_, heard := heardWithin(t, r, w, start, tearInterval, 25*tearInterval)
 	t.Logf("hand-off heard %v after the cut message", heard)
 }
+
+// tearInterval is the health interval of tearHub's Hub.
+const tearInterval = 200 * time.Millisecond
 
 // tearHub returns a Hub whose pub/sub connection goes through a tearProxy
 // that cuts at mark once armed, and a waiter joined on "lockchan".
@@ -157,7 +145,7 @@ func tearHub(t *testing.T, mark string) (*testenv.Redis, *tearProxy, *Waiter) {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := New(rdb, Config{ClientChannel: healthClient, HealthInterval: 200 * time.Millisecond, CloseWait: time.Second, Log: slog.New(slog.DiscardHandler)})
+	h := New(rdb, Config{ClientChannel: healthClient, HealthInterval: tearInterval, CloseWait: time.Second, Log: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = h.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
