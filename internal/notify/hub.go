@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -536,9 +535,8 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	backoff := 10 * time.Millisecond
 	broken := false
-	pinged := false // a PING went out after an interval of silence
 	for {
-		msg, err := h.receive(ps, pinged)
+		msg, err := h.receive(ps)
 		if err != nil {
 			h.mu.Lock()
 			closed := h.closed
@@ -546,8 +544,17 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 			if closed || errors.Is(err, redis.ErrClosed) {
 				return
 			}
-			if pinged, err = h.checkHealth(ps, err, pinged); err == nil {
+			var reply redis.Error
+			if errors.As(err, &reply) {
+				// An error reply (BUSY to the PING from a server in a
+				// slow script, an ACL's refusal of a SUBSCRIBE): the
+				// connection is alive, and go-redis keeps it. Not a loss,
+				// nor a Warn once per interval while a script runs.
+				h.log.Debug("dlock: pub/sub error reply", "err", err)
 				continue
+			}
+			if isTimeout(err) {
+				err = fmt.Errorf("nothing read for %v, a PING included: %w", 2*h.health, err)
 			}
 			if !broken {
 				h.log.Warn("dlock: pub/sub connection lost; resubscribing", "err", err)
@@ -557,7 +564,6 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 			backoff = min(backoff*2, time.Second)
 			continue
 		}
-		pinged = false
 		backoff = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Subscription:
@@ -576,123 +582,27 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 	}
 }
 
-// checkHealth takes a failed read's error, and returns whether a PING is
-// out for the next read and the connection's loss: nil when the error was
-// none (an interval of silence, now asked about with a PING, or an error
-// reply).
-func (h *Hub) checkHealth(ps *redis.PubSub, err error, pinged bool) (bool, error) {
-	var reply redis.Error
-	switch {
-	case errors.As(err, &reply):
-		// An error reply (BUSY to the PING from a server in a slow script,
-		// an ACL's refusal of a SUBSCRIBE): the connection is alive, and
-		// go-redis keeps it (it redials only for READONLY or a MOVED,
-		// which neither is answered with). Not a loss, nor a Warn once per
-		// interval while a script runs.
-		h.log.Debug("dlock: pub/sub error reply", "err", err)
-		return false, nil
-	case !pinged && isTimeout(err):
-		// Silent for an interval: ask.
-		if err = h.ping(ps); err == nil {
-			return true, nil
-		}
-		// Not even the PING could be sent: go-redis dropped the connection.
-	case pinged && isTimeout(err):
-		// Silent after the PING too: go-redis dropped the connection
-		// (receive).
-		err = fmt.Errorf("no reply to a PING within %v: %w", h.health, err)
-	case errors.Is(err, errUnparsed) || strings.HasPrefix(err.Error(), "redis: unsupported pubsub message"):
-		// A whole reply was read that no pub/sub message looks like: the
-		// reader is out of step with the stream (a timeout cut a message
-		// in two), and go-redis, which read the reply without an error,
-		// kept the connection. Dropped, so that the next read redials and
-		// subscribes again.
-		h.drop(ps)
-	}
-	return false, err // go-redis redials on the next read
-}
-
-// errUnparsed is receive's error for a reply go-redis could not take
-// apart (its PubSub.newMessage panics on some shapes that no server sends
-// in a pub/sub reply, but a read that began in the middle of one finds).
-var errUnparsed = errors.New("a reply that is no pub/sub message")
-
-// drop makes go-redis drop ps's connection: a read under a deadline that
-// has passed fails at once (after the replies already buffered, which are
-// thrown away: they follow the cut), and a read's timeout without a
-// timeout of ReceiveTimeout's own is a bad connection to go-redis
-// (receive). Bounded: nothing is read from the network.
-func (h *Hub) drop(ps *redis.PubSub) {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
-	defer cancel()
-	for {
-		if _, err := receiveSafe(ctx, ps, 0); err != nil && !errors.Is(err, errUnparsed) {
-			return
-		}
-	}
-}
-
-// receiveSafe is ps.ReceiveTimeout, with a panic of go-redis' decoding of
-// the reply (PubSub.newMessage's type assertions) turned into errUnparsed.
-func receiveSafe(ctx context.Context, ps *redis.PubSub, timeout time.Duration) (msg any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			msg, err = nil, fmt.Errorf("%w: %v", errUnparsed, r)
-		}
-	}()
-	return ps.ReceiveTimeout(ctx, timeout)
-}
-
-// receive reads what comes next on ps for at most one health interval.
-//
-// Before a PING (pinged false) a silent interval is ReceiveTimeout's own
-// timeout, which keeps the connection: go-redis (v9.22.0's
-// PubSub.releaseConn) does not take it for a bad connection. After a PING
-// the interval is the ctx's deadline instead, with no timeout of
-// ReceiveTimeout's own: then the read's timeout is a bad connection to
-// go-redis, which closes it, and dials a new one and subscribes again
-// every channel the PubSub knows of on the next call. That drops a dead
-// connection through the public API and keeps the PubSub, whose
-// subscriptions the subscriber goroutine changes concurrently; closing it
-// and subscribing anew on another would race with them.
+// receive reads what comes next on ps, checking the connection's health
+// meanwhile: when nothing has come for an interval it sends a PING, and
+// when nothing, the PING's answer included, has come for two, the read
+// times out. The deadline is the ctx's, with no timeout of ReceiveTimeout's
+// own, so that go-redis (v9.22.0's PubSub.releaseConn) takes the timeout
+// for a bad connection: it closes it, and on the next read dials a new one
+// and subscribes again every channel the PubSub knows of. A read never
+// goes on from the middle of a reply that a timeout cut (a connection
+// whose read timed out is dropped, never read again), and the PubSub is
+// kept, whose subscriptions the subscriber goroutine changes concurrently
+// (closing it and subscribing anew on another would race with them).
 // TestHubHealthCheck fails if a go-redis upgrade changes this.
-//
-// A timeout that cut a reply in two (its rest an interval late) leaves the
-// reader mid-reply: what follows fails to parse, and go-redis redials; or
-// it parses as a reply that is no pub/sub message (go-redis returns an
-// error for some, and panics on others: an array whose first element is
-// not a string, which a payload's rest can be), and the reader drops the
-// connection itself (checkHealth); or it parses as a bare string, which
-// go-redis returns as a Pong, the message lost, and the reader drops the
-// connection too (a pong no PING of ours was answered with), so that the
-// waiters re-check at the new subscription; or at worst it reads as a
-// message nobody sent, which costs a waiter one attempt, as any forged
-// message does.
-func (h *Hub) receive(ps *redis.PubSub, pinged bool) (any, error) {
-	ctx, timeout := context.Background(), h.health
-	if pinged {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.health)
-		defer cancel()
-		timeout = 0
-	}
-	msg, err := receiveSafe(ctx, ps, timeout)
-	if p, ok := msg.(*redis.Pong); ok && p.Payload != "" && p.Payload != "PONG" {
-		// The health check's PING is answered "" (RESP2) or "PONG"
-		// (RESP3): a bare string that says anything else is the rest of
-		// a message (its payload), the message lost.
-		return nil, fmt.Errorf("%w: a pong %q", errUnparsed, p.Payload)
-	}
-	return msg, err
-}
-
-// ping sends the health check's PING; its answer is read by read. The
-// write is bounded by an interval, and so is a dial when the connection is
-// down (go-redis dials on Ping then).
-func (h *Hub) ping(ps *redis.PubSub) error {
-	ctx, cancel := context.WithTimeout(context.Background(), h.health)
+func (h *Hub) receive(ps *redis.PubSub) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*h.health)
 	defer cancel()
-	return ps.Ping(ctx)
+	// The PING goes out beside the read: go-redis serializes it with the
+	// subscriber's commands, and its answer is this read's. Bounded by
+	// the read's ctx, so it ends with it.
+	ping := time.AfterFunc(h.health, func() { _ = ps.Ping(ctx) })
+	defer ping.Stop()
+	return ps.ReceiveTimeout(ctx, 0)
 }
 
 // isTimeout reports whether err is a read's timeout.

@@ -19,8 +19,8 @@ import (
 
 // tearProxy forwards one Redis connection at a time. From the server, a
 // message that holds mark arrives in two parts: up to the end of mark, and
-// the rest only once the client has written a PING (after its read's
-// timeout cut the message in two).
+// the rest only once the client has written a PING (a health interval
+// later).
 type tearProxy struct {
 	ln     net.Listener
 	target string
@@ -109,12 +109,12 @@ func newTearProxy(t *testing.T, target string, mark []byte) *tearProxy {
 }
 
 // A message that arrives in two parts across the reader's health interval
-// is cut in two: the reader keeps the connection (a timeout before a PING
-// is not a bad connection) and reads on from the middle of the message.
-// Whatever its rest is, the reader must survive it: what follows may be a
-// message nobody sent, or a reconnect, but not a crash of the process. A
-// payload is anyone's to publish; here its rest reads as an array of two
-// integers, which go-redis' PubSub.newMessage asserts to be a string.
+// must not be read from its middle: a reader that timed out there and
+// read on (the first health check kept the connection after a silent
+// interval) found the rest of a payload, which is anyone's to publish;
+// this one's rest reads as an array of two integers, on which go-redis'
+// PubSub.newMessage panicked (it asserts a string), killing the process.
+// The reader must survive it and hear the hand-off after it.
 func TestHubSurvivesAMessageCutAtTheHealthInterval(t *testing.T) {
 	r, p, w := tearHub(t, "CUT")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -157,13 +157,12 @@ func tearHub(t *testing.T, mark string) (*testenv.Redis, *tearProxy, *Waiter) {
 	return r, p, w
 }
 
-// A release message cut after its channel's name: its rest, the payload,
-// reads as a bare string, which go-redis returns as a Pong. The message is
-// lost, and no waiter would learn of it until its own re-check; a Pong the
-// health check's PING cannot have answered shows the reader out of step,
-// and the connection is dropped and redialed: the waiters re-check at the
-// new subscription's confirmation.
-func TestHubRedialsWhenAMessageIsCutIntoAPong(t *testing.T) {
+// A release message cut after its channel's name: read from its middle,
+// its rest, the payload, reads as a bare string, which go-redis returns as
+// a Pong, and the message was lost: no waiter learned of it until its own
+// re-check. The waiter must be told (the whole message read, or a
+// re-check at a new subscription).
+func TestHubTellsTheWaiterOfAMessageCutIntoAPong(t *testing.T) {
 	r, p, w := tearHub(t, "lockchan\r\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
