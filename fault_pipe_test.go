@@ -103,18 +103,10 @@ func (s *scenario) contendOnPipes(cs []*dlock.Client, o holdOpts, hi time.Durati
 func TestFaultPipeRedisRestart(t *testing.T) {
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "Redis killed and restarted, many callers per Client", r)
-	var cs []*dlock.Client
-	for range 2 {
-		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
-	}
-	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
-	// Pollers, so that calls are in flight on the pipes when Redis dies:
-	// a contender waiting its turn has none (pollOwnNames).
-	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	_, stop, piped := s.loadPipes(r)
 	s.killAndRestart(r)
 	after := time.Now()
 	time.Sleep(time.Second)
-	stopPolls()
 	stop()
 	leaks := s.shutdown()
 	row, st := s.row("SIGKILL, 300 ms down, restart empty; twice, 700 ms apart; 2 Clients × (8 goroutines on 8 names + 8 pollers on 8 more), holds 0–20 ms, watchdog 600 ms", leaks)
@@ -150,12 +142,7 @@ func TestFaultPipeClientPause(t *testing.T) {
 	const pause = 300 * time.Millisecond
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "CLIENT PAUSE, many callers per Client", r)
-	var cs []*dlock.Client
-	for range 2 {
-		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
-	}
-	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
-	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	cs, stop, piped := s.loadPipes(r)
 	conns := func() (n int64) {
 		for _, c := range cs {
 			n += dlock.PipeConnsForTest(c)
@@ -181,7 +168,6 @@ func TestFaultPipeClientPause(t *testing.T) {
 		resumed = time.Now()
 	}
 	time.Sleep(time.Second)
-	stopPolls()
 	stop()
 	redialed := conns() - conns0
 	leaks := s.shutdown()
@@ -221,12 +207,7 @@ func TestFaultPipeFlushAll(t *testing.T) {
 	const window = 200 * time.Millisecond // after a flush: longer than any hold inside at it
 	r := testenv.StartRedis(t)
 	s := newScenario(t, "FLUSHALL, many callers per Client", r)
-	var cs []*dlock.Client
-	for range 2 {
-		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
-	}
-	stop, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
-	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	_, stop, piped := s.loadPipes(r)
 	var after []int64 // calls the pipes wrote in the window after each flush
 	var flushed time.Time
 	ctx := context.Background()
@@ -247,7 +228,6 @@ func TestFaultPipeFlushAll(t *testing.T) {
 		after = append(after, piped()-before)
 	}
 	time.Sleep(time.Second)
-	stopPolls()
 	stop()
 	leaks := s.shutdown()
 	row, st := s.row("FLUSHALL twice, 700 ms apart; 2 Clients × (8 goroutines on 8 names + 8 pollers on 8 more), holds 0–20 ms, watchdog 600 ms", leaks)
@@ -311,6 +291,22 @@ func (s *scenario) assertFencedOrTooClose(st resourceStats, watchdog time.Durati
 			s.name, stale.who, stale.token, live.who, live.token, next-stale.token)
 	}
 	return tooClose
+}
+
+// loadPipes starts the load of the scenarios whose faults hit Redis
+// itself while calls are on the pipes: two Clients of r (watchdog 600 ms,
+// closed within a second), eight contenders each on eight names
+// (contendOnPipes, holds 0-20 ms) and eight pollers each on eight more
+// (pollOwnNames: a contender waiting its turn has no call in flight, a
+// poller mostly has one). stop stops the pollers, then the contenders;
+// piped counts the calls the pipes wrote since.
+func (s *scenario) loadPipes(r *testenv.Redis) (cs []*dlock.Client, stop func(), piped func() int64) {
+	for range 2 {
+		cs = append(cs, s.client(r.Addr(), dlock.WithWatchdogTimeout(600*time.Millisecond), dlock.WithCloseTimeout(time.Second)))
+	}
+	stopContenders, piped := s.contendOnPipes(cs, holdOpts{wait: 10 * time.Second}, 20*time.Millisecond)
+	stopPolls := s.pollOwnNames(cs, 20*time.Millisecond)
+	return cs, func() { stopPolls(); stopContenders() }, piped
 }
 
 // pollOwnNames starts, as serverScenario does beside its contenders, a

@@ -1,39 +1,21 @@
 package dlock
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // WithLogger gets renewal trouble, lost holds and pub/sub reconnects, and
 // never a fencing token.
 func TestLogging(t *testing.T) {
 	r := testenvRedis(t)
-	var buf syncBuffer
+	var buf testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := newClient(t, r, WithLogger(log), WithWatchdogTimeout(600*time.Millisecond))
 	other := newClient(t, r)

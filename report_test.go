@@ -20,7 +20,7 @@ func TestFirstContactReport(t *testing.T) {
 		r    *testenv.Redis
 		want int // warn lines about eviction
 	}{{evicting, 1}, {shared, 0}} {
-		var buf syncBuffer
+		var buf testenv.Buffer
 		c := newClient(t, tc.r, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		for range 3 {
 			m := c.Mutex("report:first-contact")
@@ -48,7 +48,7 @@ func TestSafetyWarningByDefault(t *testing.T) {
 	reportAtFirstContact = true
 	defer func() { reportAtFirstContact = false }()
 	volatile := testenv.StartRedis(t, testenv.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"))
-	var buf syncBuffer
+	var buf testenv.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	defer slog.SetDefault(prev)

@@ -1,13 +1,11 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -360,7 +358,7 @@ func TestHubHealthCheck(t *testing.T) {
 // that is an answer, and the connection is kept, without a warning.
 func TestHubHealthBusy(t *testing.T) {
 	const interval = 200 * time.Millisecond
-	var buf syncBuffer
+	var buf testenv.Buffer
 	r, p, _, w := healthHub(t, interval, slog.New(slog.NewTextHandler(&buf, nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -391,22 +389,4 @@ func TestHubHealthBusy(t *testing.T) {
 	if log := buf.String(); strings.Contains(log, "WARN") {
 		t.Fatalf("warned while the server was busy:\n%s", log)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
