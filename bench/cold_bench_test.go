@@ -18,7 +18,8 @@ import (
 // and the round trip are left out. The shapes are a plain SET, an empty
 // script, the peers' compare-and-delete (two redis.calls), and scripts of
 // four and eight redis.calls (dlock's uncontended acquire and a pair's
-// worth). On the 2-vCPU AMD host of 2026-11-28 (quiet, two runs), cold
+// worth). On the 2-vCPU AMD EPYC host of 2026-11-28 (quiet, two runs; a
+// PING took 39-44 µs in the scaling run that followed), cold
 // against back to back: SET 12-13 µs against 0.6-1; an empty script 31-32
 // against 3.5-4.5; compare-and-delete 37-39 against 4-5.6; four
 // redis.calls 78-81 against 8.4-9.3 (about 12 µs each over the empty
