@@ -323,7 +323,11 @@
 // counter's expiry and a restart that lost all data, as long as the server
 // clock moved forward in between. A failover to a server whose clock is
 // behind the old one's, and that did not receive the counter, can repeat a
-// token; a replicated counter carries on.
+// token; a replicated counter carries on. Each sequence's first token is
+// kept beside the counter (dlock:fence:{name}\x1fs, with the counter's TTL):
+// an Unlock that finds its hold gone compares its token with it, to tell
+// Redis losing the lock (ErrDataLost, however soon it was granted again)
+// from its own release resent after a lost reply (nil).
 //
 // Waiting is driven by pub/sub, but a lost message costs at most one re-check
 // interval (3s) or the holder's TTL, whichever is shorter. A pub/sub

@@ -79,7 +79,9 @@ var (
 	ErrForced = lease.ErrForced
 	// ErrDataLost: the lock and its fencing counter are gone: Redis lost its
 	// data (a restart without persistence, FLUSHALL, a failover to a replica
-	// that never got the grant).
+	// that never got the grant). An Unlock tells it even when another owner
+	// was granted the lock since, however soon; a renewal that finds the
+	// lock granted again reports ErrTakenOver.
 	ErrDataLost = lease.ErrDataLost
 	// ErrRenewRefused: renewal kept failing with an error reply from Redis
 	// (READONLY, OOM, NOPERM, ...) until the hold could no longer be vouched

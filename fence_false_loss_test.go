@@ -2,12 +2,16 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/testenv"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // A Cluster reshard moves a fencing counter with MIGRATE, which sends its
@@ -105,4 +109,49 @@ func TestReleaseResentWhenTheCounterExpiresAMillisecondLate(t *testing.T) {
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatalf("a release resent in a sequence whose counter expires a millisecond late = %v, want nil", err)
 	}
+}
+
+// A Redis whose ACL grants dlock exactly the keys a lock declares (a
+// locked-down managed Redis may list them by name) refuses the start kept
+// beside the counter (keys.FenceStart), which no script declares: locking
+// and unlocking go on, and a data loss is still told, read from the
+// counter's TTL as before the start was kept.
+func TestFenceStartRefusedByACL(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	const name = "acl-fence"
+	ks := keys.For(name)
+	admin := rdbFor(t, r)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "exact", "on", ">pw", "resetkeys", "~"+name, "~"+ks.Fence, "~"+ks.Queue+"*", "~"+ks.Forced, "~dlock:held:*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "exact", Password: "pw",
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Get(ctx, keys.FenceStart(ks.Fence)).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("GET of the start as the user = %v, want NOPERM", err)
+	}
+	c := newClientOn(t, rdb)
+	// Its channel confirmed first, so that the renewal that follows the
+	// confirmation cannot be what tells the loss (TestReleaseAfterDataLossAndRegrantAtOnce).
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
+	m := c.Mutex(name)
+	mustLock(t, m)
+	if n := admin.Exists(ctx, keys.FenceStart(ks.Fence)).Val(); n != 0 {
+		t.Fatal("the start was written against the ACL")
+	}
+	mustUnlock(t, m)
+	mustLock(t, m)
+	// Past the TTL reading's slack, the loss is told.
+	time.Sleep(10 * time.Millisecond)
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, r).Mutex(name)
+	mustLock(t, other)
+	if err := m.Unlock(ctx); !errors.Is(err, ErrDataLost) {
+		t.Fatalf("Unlock after FLUSHALL and another grant, the start refused = %v, want ErrDataLost", err)
+	}
+	mustUnlock(t, other)
 }

@@ -426,13 +426,18 @@ func TestFewCallersSendTheirOwn(t *testing.T) {
 	if n := seen.alone.Load() + seen.piped.Load(); n != 0 {
 		t.Errorf("%d concurrent callers, %d calls: %d went through the go-redis client, want 0", few, few*k*2, n)
 	}
+	_, onPipe := c.wire().PipeStats()
 	concurrently(4*few, func(i int) {
 		if err := lockUnlock(ctx, c, fmt.Sprintf("lone:many:%d", i), k); err != nil {
 			t.Error(err)
 		}
 	})
-	if n := seen.piped.Load(); n == 0 {
-		t.Errorf("%d concurrent callers: no call was pipelined, want the batcher beyond %d", 4*few, wire.Lones)
+	// Pipelined through the go-redis client, or on the pipe once it is
+	// dialed (it may be already: a warm-up call in flight beside the
+	// callers', on a loaded host, dials it).
+	_, nowOnPipe := c.wire().PipeStats()
+	if n := seen.piped.Load() + nowOnPipe - onPipe; n == 0 {
+		t.Errorf("%d concurrent callers: no call was pipelined, want the batcher or the pipe beyond %d", 4*few, wire.Lones)
 	}
 }
 

@@ -2,9 +2,12 @@ package dlock
 
 import (
 	"errors"
-	"github.com/dlock-dev/dlock/internal/lease"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/keys"
+	"github.com/dlock-dev/dlock/internal/lease"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -260,4 +263,55 @@ func TestReleaseAfterDataLossAndRegrant(t *testing.T) {
 	if err := m.Unlock(ctx); !errors.Is(err, ErrDataLost) {
 		t.Fatalf("Unlock after FLUSHALL and another grant = %v, want ErrDataLost", err)
 	}
+}
+
+// TestReleaseAfterDataLossAndRegrant with the new grant at once: its
+// sequence begins within a millisecond or two of the holder's token, which
+// the counter's TTL cannot tell from the holder's own sequence (it reads
+// the start to the millisecond, with slack for a reshard); the start kept
+// beside the counter (keys.FenceStart) can. Before it was kept, the
+// holder's Unlock returned nil here, as for its own release resent.
+func TestReleaseAfterDataLossAndRegrantAtOnce(t *testing.T) {
+	r := testenvRedis(t)
+	a, b := newClient(t, r), newClient(t, r)
+	ctx := ctxT(t)
+	rdb := rdbFor(t, r)
+	// a's channel confirmed first: the renewal of every hold that follows
+	// the confirmation would find the flush and tell the holder (the
+	// renewal's own report); the test is of the release's.
+	a.e.Hub().Listen()
+	<-a.e.Hub().ClientReady()
+	// b's first contact (script loads, its hub) before the timed part.
+	warm := b.Mutex("warm")
+	mustLock(t, warm)
+	mustUnlock(t, warm)
+	var gaps []uint64
+	for i := range 10 {
+		name := fmt.Sprintf("regrant-at-once-%d", i)
+		m := a.Mutex(name)
+		mustLock(t, m)
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		other := b.Mutex(name)
+		mustLock(t, other)
+		gaps = append(gaps, other.Token()-m.Token())
+		// The new sequence's first token is kept beside the counter, with
+		// the counter's TTL.
+		start := keys.FenceStart(keys.For(name).Fence)
+		if v, err := rdb.Get(ctx, start).Uint64(); err != nil || v != other.Token() {
+			t.Fatalf("%s = %d, %v; want the sequence's first token %d", start, v, err, other.Token())
+		}
+		if ttl, fttl := rdb.PTTL(ctx, start).Val(), rdb.PTTL(ctx, keys.For(name).Fence).Val(); ttl <= 0 || ttl > fttl+time.Millisecond {
+			t.Fatalf("the start's TTL is %v, the counter's %v", ttl, fttl)
+		}
+		// Released while the other holds: its release's message would make
+		// a's Client check its hold before the Unlock (a renewal, which
+		// tells the loss too).
+		if err := m.Unlock(ctx); !errors.Is(err, ErrDataLost) {
+			t.Fatalf("Unlock after FLUSHALL and another grant %d µs after its token = %v, want ErrDataLost", gaps[i], err)
+		}
+		mustUnlock(t, other)
+	}
+	t.Logf("the new sequences began %v µs after the lost holders' tokens", gaps)
 }

@@ -69,6 +69,13 @@ func TestLuaLiteralsAgreeWithGo(t *testing.T) {
 			}
 		}
 	}
+	// The start of a fencing sequence, beside its counter (keys.FenceStart).
+	if got := keys.FenceStart("c"); got != "c\x1fs" {
+		t.Fatalf("keys.FenceStart(c) = %q, want c + \"\\x1fs\"", got)
+	}
+	if want := "local function fence_start(fence) return fence .. '\\31s' end"; !strings.Contains(lib, want) {
+		t.Errorf("lib.lua lacks %q (keys.FenceStart)", want)
+	}
 	// release.lua's hand-off and pass drop an election's leader record
 	// by its name (keys.LeaderField), as the DEL they replaced did.
 	if want := "redis.call('hdel', KEYS[1], ARGV[1], '" + keys.LeaderField + "')"; strings.Count(kind.Source("release.lua"), want) != 2 {

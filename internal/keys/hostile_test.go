@@ -54,7 +54,7 @@ func TestNamespacedKeysNeverAlias(t *testing.T) {
 		for _, name := range names {
 			f := s.For(name)
 			who := ns + " / " + name
-			for _, k := range []string{f.Lock, f.Fence, f.Queue, f.Forced, f.Readers, f.Writers} {
+			for _, k := range []string{f.Lock, f.Fence, f.Queue, f.Forced, f.Readers, f.Writers, FenceStart(f.Fence)} {
 				if prev, ok := seen[k]; ok {
 					t.Errorf("%s and %s share the key %q", prev, who, k)
 				}

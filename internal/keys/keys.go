@@ -328,6 +328,15 @@ func PopEntry(ticket uint64, ttlMs int64, field string) string {
 // Lua writes it '\31'.
 func GrantBox(queue, field string) string { return queue + "\x1fg:" + field }
 
+// FenceStart names the key beside a fencing counter (fence is the
+// counter's key) that holds the first token of the counter's current
+// sequence, with the counter's TTL: lib.lua's issue_token writes it and
+// why_gone reads it, to tell a holder whose lock Redis lost and granted
+// again from one whose own release was resent, to the microsecond. Like
+// GrantBox's, the control character (US, 0x1f) keeps it apart from every
+// lock's keys and in the counter's Cluster slot. Lua writes it '\31'.
+func FenceStart(fence string) string { return fence + "\x1fs" }
+
 // ParseQueueEntry reverses QueueEntry, MutexEntry and PopEntry.
 func ParseQueueEntry(e string) (ticket uint64, ttlMs int64, field string, ok bool) {
 	parts := strings.SplitN(e, " ", 3)

@@ -92,7 +92,7 @@ func TestCompanionsDistinctAcrossNames(t *testing.T) {
 				continue
 			}
 			s := For(name)
-			for _, k := range []string{s.Fence, s.Queue, s.Forced, s.Readers, s.Writers, GrantBox(s.Queue, "c:1")} {
+			for _, k := range []string{s.Fence, s.Queue, s.Forced, s.Readers, s.Writers, GrantBox(s.Queue, "c:1"), FenceStart(s.Fence)} {
 				if prev, ok := seen[k]; ok {
 					t.Errorf("names %q and %q share the companion key %q", prev, name, k)
 				}
@@ -251,6 +251,20 @@ func TestSpace(t *testing.T) {
 	for _, bad := range []string{"", "a b", "a{", "x*"} {
 		if _, err := NewSpace(bad); err == nil {
 			t.Errorf("NewSpace(%q) accepted", bad)
+		}
+	}
+}
+
+// The start kept beside a fencing counter is in the counter's SCAN match
+// (dlock:fence:*), and must not be listed as a lock of its own.
+func TestFenceStartIsNoCompanion(t *testing.T) {
+	for _, name := range []string{"x", "{x}", "user:{42}", "a:b"} {
+		k := FenceStart(For(name).Fence)
+		if n, ok := NameFromCompanion("dlock:fence", k); ok {
+			t.Errorf("NameFromCompanion(dlock:fence, %q) = %q: a lock", k, n)
+		}
+		if n, ok := NameFromCompanion("dlock:fence", For(name).Fence); !ok || n != name {
+			t.Errorf("NameFromCompanion(dlock:fence, %q) = %q, %v; want %q", For(name).Fence, n, ok, name)
 		}
 	}
 }

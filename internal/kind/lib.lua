@@ -21,10 +21,28 @@ local GONE, FORCED, DATA_LOST = 0, 2, 3
 -- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
 -- the lock's data (a restart without persistence, FLUSHALL, a failover that
 -- lost the writes): the fencing counter is gone, or, when the holder's token
--- is given, the counter is below it or its sequence began after that token was issued (a
--- sequence's start is its TTL's start: fence_ttl less what is left of it, and
--- a sequence's tokens never run ahead of the clock); else GONE (it expired,
--- another owner has it, or the holder's own release already ran).
+-- is given, the counter is below it or its sequence began after that token
+-- was issued; else GONE (it expired, another owner has it, or the holder's
+-- own release already ran).
+--
+-- A sequence's start is read two ways. Exactly, from the value issue_token
+-- keeps beside the counter (fence_start), when it is there: every start
+-- ever written there is the current sequence's or an earlier one's, so a
+-- token below it is from an earlier sequence. And to the millisecond, from
+-- the counter's TTL (fence_ttl less what is left of it; a sequence's tokens
+-- never run ahead of the clock), for a sequence begun by an older dlock or
+-- whose start Redis refused or evicted: that reading needs slack, as a
+-- reshard moves an expiry a millisecond or more, so a data loss and a new
+-- grant within a few milliseconds of the token pass for GONE there.
+-- fence_start names the key that holds the first token of fence's current
+-- sequence (keys.FenceStart): the counter's name and a control character
+-- (US), which no lock name has, so it is no other lock's key, in the
+-- counter's Cluster slot. Scripts do not declare it: only a script that
+-- starts a sequence writes it, and only why_gone reads it, both with pcall,
+-- so a Redis that refuses it (an ACL, a MIGRATING slot) costs the exact
+-- reading and nothing else.
+local function fence_start(fence) return fence .. '\31s' end
+
 local function why_gone(fence, forced, field, token, fence_ttl)
   if redis.call('sismember', forced, field) == 1 then return FORCED end
   local left = redis.call('pttl', fence)
@@ -36,6 +54,10 @@ local function why_gone(fence, forced, field, token, fence_ttl)
     -- resent, finds it at the token or beyond.
     local cur = tonumber(redis.call('get', fence) or '0')
     if cur < tonumber(token) then return DATA_LOST end
+  end
+  if token then
+    local start = redis.pcall('get', fence_start(fence))
+    if type(start) == 'string' and tonumber(token) < tonumber(start) then return DATA_LOST end
   end
   if token and fence_ttl then
     local t = redis.call('time')
@@ -52,6 +74,8 @@ end
 -- a new sequence ahead of every token of an earlier one, even after KEYS[2]
 -- expired or the data set was lost, as long as the server clock has moved
 -- forward since (a sequence advances one per grant, far slower than the clock).
+-- The sequence's first token is kept beside the counter, with its TTL, for
+-- why_gone (fence_start).
 local function issue_token(fence_ttl)
   local t = redis.call('time')
   local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -60,6 +84,7 @@ local function issue_token(fence_ttl)
     tok = last + 1
     redis.call('set', KEYS[2], tok, 'PX', fence_ttl)
   end
+  redis.pcall('set', fence_start(KEYS[2]), string.format('%d', tok), 'PX', fence_ttl)
   return tok
 end
 
