@@ -266,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer func() {
 		ks := keys.For(lockName)
-		_ = admin.Del(context.WithoutCancel(ctx), stockKey, issuedKey, ks.Fence, ks.Queue, ks.Forced).Err()
+		_ = admin.Del(context.WithoutCancel(ctx), stockKey, issuedKey, ks.Fence, keys.FenceStart(ks.Fence), ks.Queue, ks.Forced).Err()
 	}()
 
 	var counter contention.CommandCounter
