@@ -79,9 +79,11 @@ var (
 	ErrForced = lease.ErrForced
 	// ErrDataLost: the lock and its fencing counter are gone: Redis lost its
 	// data (a restart without persistence, FLUSHALL, a failover to a replica
-	// that never got the grant). An Unlock tells it even when another owner
-	// was granted the lock since, however soon; a renewal that finds the
-	// lock granted again reports ErrTakenOver.
+	// that never got the grant). It is told even when another owner was
+	// granted the lock since, however soon, unless Redis refused the key
+	// that keeps the fencing sequence's start (see COMPATIBILITY.md): then
+	// a grant within a few milliseconds of ours passes for ErrTakenOver
+	// at a renewal, and for nothing at Unlock.
 	ErrDataLost = lease.ErrDataLost
 	// ErrRenewRefused: renewal kept failing with an error reply from Redis
 	// (READONLY, OOM, NOPERM, ...) until the hold could no longer be vouched

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -67,6 +68,56 @@ func TestLossReasons(t *testing.T) {
 			t.Fatal(err)
 		}
 		lostWith(t, m, ErrDataLost)
+	})
+	t.Run("data lost: FLUSHALL and granted again at once", func(t *testing.T) {
+		// The renewal finds another owner's hold in a new fencing
+		// sequence: the token, compared with the sequence's start, says
+		// Redis lost ours (ErrTakenOver before renewals carried it).
+		r := testenvRedis(t)
+		c := newClient(t, r, WithWatchdogTimeout(wd))
+		c.e.Hub().Listen()
+		<-c.e.Hub().ClientReady()
+		m := c.Mutex("loss:flushed-regranted")
+		mustLock(t, m)
+		if err := rdbFor(t, r).FlushAll(ctxT(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		other := newClient(t, r).Mutex("loss:flushed-regranted")
+		mustLock(t, other)
+		lostWith(t, m, ErrDataLost)
+		mustUnlock(t, other)
+	})
+	t.Run("data lost: a read hold, FLUSHALL and a writer at once", func(t *testing.T) {
+		r := testenvRedis(t)
+		c := newClient(t, r, WithWatchdogTimeout(wd))
+		c.e.Hub().Listen()
+		<-c.e.Hub().ClientReady()
+		rw := c.RWMutex("loss:rw-flushed")
+		rctx, err := rw.ReadContext(ctxT(t), time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdbFor(t, r).FlushAll(ctxT(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		w := newClient(t, r).RWMutex("loss:rw-flushed")
+		if err := w.Lock(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the read hold was not lost")
+		}
+		if err := context.Cause(rctx); !errors.Is(err, ErrDataLost) {
+			t.Fatalf("the read hold's context ended with %v, want ErrDataLost", err)
+		}
+		if err := rw.RUnlock(rctx); !errors.Is(err, ErrDataLost) {
+			t.Fatalf("RUnlock after the loss = %v, want ErrDataLost", err)
+		}
+		if err := w.Unlock(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 	})
 	t.Run("taken over: expired and granted to another", func(t *testing.T) {
 		c := newClient(t, shared, WithWatchdogTimeout(wd))

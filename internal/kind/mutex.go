@@ -217,7 +217,7 @@ func (p *Mutex) PopEntry(ticket uint64, ttl time.Duration, l *lease.Lease) (stri
 
 // Renewal implements lease.Protocol.
 func (p *Mutex) Renewal(l *lease.Lease) renew.Entry {
-	return renew.Entry{Key: p.ks.Lock, Field: l.Field(), Kind: 'm', Fence: p.ks.Fence, Forced: p.ks.Forced}
+	return renew.Entry{Key: p.ks.Lock, Field: l.Field(), Kind: 'm', Fence: p.ks.Fence, Forced: p.ks.Forced, Token: l.Token()}
 }
 
 // Force releases the lock whoever holds it, passes it to the next waiter

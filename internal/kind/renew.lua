@@ -3,7 +3,8 @@
 -- set (or the hash again), KEYS[5i-2] its fencing counter, KEYS[5i-1] its
 -- forced set, KEYS[5i] its record of long holds; ARGV[i] owner field,
 -- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] the hold's record of
--- long holds, or '' when it need not be written this time. Kinds:
+-- long holds, or '' when it need not be written this time, ARGV[4n+i] the
+-- hold's fencing token, or '' (a permit's: it has none). Kinds:
 --   'm' a Mutex or FairMutex renewed by the watchdog: the TTL is set
 --       (Redisson's renewal; every call of such a hold carries the same TTL);
 --   'f' a Mutex or FairMutex with a fixed lease: the TTL is extended to
@@ -49,7 +50,7 @@ local function record(k, h, f, ttl, rec)
   -- Only ever raised: readers of one RWMutex may renew with different TTLs.
   if redis.call('pttl', h) < ttl * HELD_TTLS then redis.call('pexpire', h, ttl * HELD_TTLS) end
 end
-local n = #ARGV / 4
+local n = #ARGV / 5
 local out = {}
 local now
 -- clock reads the server's clock (ms) once per call, when a kind needs it.
@@ -102,7 +103,12 @@ local function renew_one(i)
     record(k, KEYS[5 * i], f, ttl, ARGV[3 * n + i])
     return 1
   end
-  return why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f)
+  -- The token tells a data loss from a take-over even after another
+  -- owner's grant began a new sequence (why_gone's exact reading; no TTL
+  -- reading, which a renewal has no fencing TTL for).
+  local tok = ARGV[4 * n + i]
+  if tok == '' then tok = nil end
+  return why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f, tok)
 end
 -- A key of lock i that holds another type (a neighbour overwrote it) is
 -- that lock's loss, not the batch's: a WRONGTYPE would fail the whole call,

@@ -118,7 +118,7 @@ func (p *RWMutex) giveBack(ctx context.Context, l *lease.Lease, mayHold bool) {
 }
 
 func (p *RWMutex) renewal(l *lease.Lease, kind byte, set string) renew.Entry {
-	return renew.Entry{Key: p.ks.Lock, Set: set, Field: l.Field(), Kind: kind, Fence: p.ks.Fence, Forced: p.ks.Forced}
+	return renew.Entry{Key: p.ks.Lock, Set: set, Field: l.Field(), Kind: kind, Fence: p.ks.Fence, Forced: p.ks.Forced, Token: l.Token()}
 }
 
 // Kind implements lease.Protocol.

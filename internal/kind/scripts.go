@@ -55,7 +55,7 @@ func Renewer(space keys.Space) func(ctx context.Context, w *wire.Wire, batch []*
 
 func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*renew.Entry, ttls []int64) ([]int64, error) {
 	keyArgs := make([]any, 0, 5*len(batch))
-	args := make([]any, 4*len(batch))
+	args := make([]any, 5*len(batch))
 	n := len(batch)
 	for i, e := range batch {
 		set, fence, forced, held := e.Set, e.Fence, e.Forced, e.Key
@@ -74,7 +74,11 @@ func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*re
 			rec = keys.HeldRecord(e.Since, ttls[i]/renew.PerTTL)
 		}
 		keyArgs = append(keyArgs, e.Key, set, fence, forced, held)
-		args[i], args[n+i], args[2*n+i], args[3*n+i] = e.Field, ttls[i], string(e.Kind), rec
+		var tok any = ""
+		if e.Token != 0 {
+			tok = e.Token
+		}
+		args[i], args[n+i], args[2*n+i], args[3*n+i], args[4*n+i] = e.Field, ttls[i], string(e.Kind), rec, tok
 	}
 	res, err := scriptRenew.RunDroppable(ctx, w, keyArgs, args...).Int64Slice()
 	if err != nil {

@@ -49,12 +49,16 @@ type Holder interface {
 // Entry is one held lock under renewal. Its exported fields are set before
 // Add and not changed afterwards.
 type Entry struct {
-	Key    string        // the lock key
-	Field  string        // the owner's field in the lock hash
-	Kind   byte          // what the renewal does, for Func (renew.lua's kinds in dlock)
-	Set    string        // a second key of the same slot Func may need ("" if none)
-	Fence  string        // the lock's fencing counter ("" if none)
-	Forced string        // the lock's record of forced-out owners ("" if none)
+	Key    string // the lock key
+	Field  string // the owner's field in the lock hash
+	Kind   byte   // what the renewal does, for Func (renew.lua's kinds in dlock)
+	Set    string // a second key of the same slot Func may need ("" if none)
+	Fence  string // the lock's fencing counter ("" if none)
+	Forced string // the lock's record of forced-out owners ("" if none)
+	// Token is the hold's fencing token (0: none, a permit's): a renewal
+	// that finds the hold gone compares it with the fencing sequence, to
+	// tell Redis losing the lock from another owner taking it.
+	Token  uint64
 	Since  int64         // when the hold was granted, ms since the epoch; 0: write no record of a long hold
 	TTL    time.Duration // the TTL each renewal gives the lock
 	Holder Holder
