@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // batcher sends the calls of one Client's goroutines, coalescing those that
@@ -41,6 +43,15 @@ type batcher struct {
 	// takes the queue, so that such calls use at most Workers connections
 	// of the go-redis client however many come at once.
 	slow []*Call
+	// workers counts the worker goroutines running (they leave once
+	// stopped and idle); retired marks a master's batcher stopped for being
+	// idle (nodes.go), which a call routed to it starts again. Written
+	// under mu; routing reads it without.
+	workers int
+	retired atomic.Bool
+	// lastBatch is when a worker last sent a batch, Unix ns: how long the
+	// batcher has been idle.
+	lastBatch atomic.Int64
 }
 
 // Workers is how many round trips one Client has in flight at most. Two let
@@ -51,11 +62,49 @@ const Workers = 2
 func (b *batcher) start(w *Wire) {
 	b.w = w
 	b.wake = make(chan struct{}, Workers)
+	b.lastBatch.Store(time.Now().UnixNano())
+	b.workers = Workers
 	for range Workers {
 		go b.work()
 	}
 	if w.pipe != nil {
 		go w.pipe.writeLoop(b)
+	}
+}
+
+// retire stops b's workers if it has been idle (no batch sent, nothing
+// pending) since before idleSince. Only a Cluster master's batcher is
+// retired (nodes.retireIdle); it has no pipe. A call that reaches it
+// retired is still sent (enqueue's stopped path) and counted for Drain.
+func (b *batcher) retire(idleSince time.Time) {
+	b.mu.Lock()
+	if b.stopped || b.pending > 0 || len(b.queue) > 0 || len(b.slow) > 0 || b.lastBatch.Load() > idleSince.UnixNano() {
+		b.mu.Unlock()
+		return
+	}
+	b.stopped = true
+	b.retired.Store(true)
+	idle := b.idle
+	b.idle = 0
+	b.mu.Unlock()
+	for range idle {
+		b.wake <- struct{}{}
+	}
+}
+
+// revive starts a retired batcher's workers again, as many as have left.
+// Called with the nodes' mu held, and not once they are stopped.
+func (b *batcher) revive() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.retired.Load() {
+		return
+	}
+	b.stopped = false
+	b.retired.Store(false)
+	b.lastBatch.Store(time.Now().UnixNano())
+	for ; b.workers < Workers; b.workers++ {
+		go b.work()
 	}
 }
 
@@ -179,6 +228,7 @@ func (b *batcher) work() {
 		b.mu.Lock()
 		for len(b.slow) == 0 && (len(b.queue) == 0 || b.w.Piping()) {
 			if b.stopped {
+				b.workers--
 				b.mu.Unlock()
 				return
 			}
@@ -193,6 +243,7 @@ func (b *batcher) work() {
 			batch, b.queue = b.queue, batch[:0]
 		}
 		b.mu.Unlock()
+		b.lastBatch.Store(time.Now().UnixNano())
 		b.exec(batch)
 		clear(batch)
 		// Let the callers just answered run first: most send their next

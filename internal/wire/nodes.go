@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,13 +25,21 @@ import (
 // first key's slot in the client's slot map. A call routed by a stale map
 // is still sent right (go-redis and the wire follow the redirect), only in
 // another master's batch.
+//
+// A master's batcher that has sent nothing for retireAfter is retired when
+// another master's batcher is made (a new address: a failover promoted a
+// replica, a node was replaced): its workers end, so a long-lived Client
+// over a Cluster whose nodes come and go keeps two goroutines per master
+// it uses, not per address it ever saw. A retired batcher stays in the
+// map (a few hundred bytes per address) and starts again when a call is
+// routed to it.
 type nodes struct {
 	cc *redis.ClusterClient
 	// known is set once the client has answered a call without an error:
 	// its slot map is loaded, and MasterForKey reads it without a round
 	// trip. Until then every call goes through the Wire's first batcher.
 	known   atomic.Bool
-	mu      sync.Mutex // guards creation and stopped
+	mu      sync.Mutex // guards creation, revival and stopped
 	by      sync.Map   // master address -> *batcher
 	stopped bool
 }
@@ -52,22 +61,39 @@ func (n *nodes) batcherFor(w *Wire, cl *Call) *batcher {
 		return &w.batch
 	}
 	addr := master.Options().Addr
-	if b, ok := n.by.Load(addr); ok {
+	if b, ok := n.by.Load(addr); ok && !b.(*batcher).retired.Load() {
 		return b.(*batcher)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if b, ok := n.by.Load(addr); ok {
-		return b.(*batcher)
+		b := b.(*batcher)
+		if !n.stopped {
+			b.revive()
+		}
+		return b
 	}
 	b := &batcher{}
 	if n.stopped {
 		b.w, b.stopped = w, true
 	} else {
 		b.start(w)
+		n.retireIdle(time.Now().Add(-retireAfter))
 	}
 	n.by.Store(addr, b)
 	return b
+}
+
+// retireAfter is how long a master's batcher must have sent nothing to be
+// retired. A var for tests.
+var retireAfter = time.Minute
+
+// retireIdle retires every batcher that has sent nothing since idleSince.
+// Called with mu held.
+func (n *nodes) retireIdle(idleSince time.Time) {
+	for _, b := range n.all() {
+		b.retire(idleSince)
+	}
 }
 
 // doneCtx is a context that is done.

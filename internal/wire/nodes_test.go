@@ -78,3 +78,65 @@ func TestPausedMasterHoldsBackNoOtherMaster(t *testing.T) {
 		t.Fatal("calls to the resumed master never finished")
 	}
 }
+
+// A master's batcher idle when another master's is made (a new address: a
+// failover, a replaced node) is retired: its workers end, so a Client over
+// a Cluster whose nodes come and go keeps no goroutines for addresses it
+// no longer uses. A call routed to it starts it again, and is answered.
+func TestIdleMasterBatcherRetires(t *testing.T) {
+	defer func(d time.Duration) { retireAfter = d }(retireAfter)
+	retireAfter = 0 // any batcher idle at the moment is retired
+	cl := testenv.StartCluster(t, 2)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cc.Close()
+	w := New(cc, time.Second, true)
+	defer w.Stop()
+	ks := map[*testenv.Redis]string{}
+	for i := 0; len(ks) < 2; i++ {
+		k := fmt.Sprintf("retire-%d", i)
+		if n := cl.SlotNode(int(keys.Slot(k))); ks[n] == "" {
+			ks[n] = k
+		}
+	}
+	first, second := ks[cl.Nodes()[0]], ks[cl.Nodes()[1]]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	exists := func(k string) {
+		t.Helper()
+		call := NewCall(redis.NewIntCmd(ctx, "exists", k), nil)
+		if left, err := w.Do(ctx, call); left || call.Cmd.Err() != nil {
+			t.Fatalf("exists %s: %v %v", k, err, call.Cmd.Err())
+		}
+		call.Free()
+	}
+	exists(first) // the slot map, through the Wire's own batcher
+	exists(first) // the first master's batcher
+	probe := NewCall(redis.NewIntCmd(ctx, "exists", first), nil)
+	b := w.nodes.batcherFor(w, probe)
+	probe.Free()
+	if workers(b) != Workers {
+		t.Fatalf("the first master's batcher has %d workers, want %d", workers(b), Workers)
+	}
+	time.Sleep(time.Millisecond)
+	exists(second) // the second master's batcher is made: the first, idle, retires
+	waitUntil(t, "the idle batcher's workers to end", func() bool { return workers(b) == 0 })
+	if !b.retired.Load() {
+		t.Fatal("workers ended, batcher not marked retired")
+	}
+	exists(first)
+	if b.retired.Load() || workers(b) != Workers {
+		t.Fatalf("after a call to it: retired %v, %d workers; want started again with %d", b.retired.Load(), workers(b), Workers)
+	}
+	select {
+	case <-w.Drain():
+	case <-ctx.Done():
+		t.Fatal("calls never drained")
+	}
+}
+
+func workers(b *batcher) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.workers
+}
