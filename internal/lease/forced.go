@@ -60,29 +60,62 @@ func (e *Engine) heard() {
 // renewed (and the renewal vouches for it), one forced away is lost with
 // ErrForced. At most one recheck of a hold is in flight; messages that come
 // meanwhile make one more follow it, since the one in flight may have been
-// answered before the force they tell of. A recheck that meets a release,
-// re-entry or Extend in flight waits for it and then asks: that call may
-// have run before the force, and its reply then says "held".
+// answered before the force they tell of, but no sooner than RecheckGap
+// after the one before began. A recheck that meets a release, re-entry or
+// Extend in flight waits for it and then asks: that call may have run
+// before the force, and its reply then says "held".
 func (h *Lease) recheck() {
+	h.mu.Lock()
+	ended := h.ended
+	h.mu.Unlock()
+	if ended {
+		return // its loss is told; messages about it cost nothing more
+	}
 	for {
 		switch s := h.rechecks.Load(); {
 		case s == recheckIdle && h.rechecks.CompareAndSwap(s, recheckRunning):
-			h.e.Detach(func(ctx context.Context) {
-				for {
-					h.recheckOnce(ctx)
-					if h.rechecks.CompareAndSwap(recheckRunning, recheckIdle) {
-						return
-					}
-					// Asked again meanwhile (only recheck moves running to
-					// again, and only this goroutine leaves again).
-					h.rechecks.Store(recheckRunning)
-				}
-			})
+			h.recheckRound(0)
 			return
 		case s == recheckRunning && h.rechecks.CompareAndSwap(s, recheckAgain), s == recheckAgain:
 			return
 		}
 	}
+}
+
+// RecheckGap paces the rechecks of one hold. The first runs at once, so a
+// ForceUnlock is told at once; a flood of "forced" messages, which anyone
+// allowed to PUBLISH can send to a Client's channel, costs Redis one
+// renewal per hold per RecheckGap, where one per round trip (for each
+// read hold of the name in the Client) made a neighbour's message stream
+// into many times its rate in renewals. A force that comes during a flood
+// is told within RecheckGap and a round trip.
+const RecheckGap = 100 * time.Millisecond
+
+// recheckRound runs one recheck after wait, and then the next one asked
+// for meanwhile, each in a detached call of its own (a fresh cleanup
+// bound: one shared by a long flood's rechecks would run out and fail
+// every one after it). h.rechecks is recheckRunning.
+func (h *Lease) recheckRound(wait time.Duration) {
+	h.e.Detach(func(ctx context.Context) {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-h.Done(): // ended (a loss, Close): its recheck is moot
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		began := time.Now()
+		h.recheckOnce(ctx)
+		if h.rechecks.CompareAndSwap(recheckRunning, recheckIdle) {
+			return
+		}
+		// Asked again meanwhile (only recheck moves running to again, and
+		// only a round leaves again).
+		h.rechecks.Store(recheckRunning)
+		h.recheckRound(RecheckGap - time.Since(began))
+	})
 }
 
 // The states of Lease.rechecks.
