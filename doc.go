@@ -217,7 +217,10 @@
 //     message that could let many goroutines of a process through at once
 //     (a latch's waiters, an RWMutex's readers) wakes one of them; the
 //     others follow only if its attempt got through, so a forged message
-//     costs a process one Redis call per kind of waiter, however many wait. It
+//     costs a process one Redis call per kind of waiter, however many wait. A
+//     forged "forced" message makes each hold of its lock in the process
+//     ask Redis whether it still holds, no more than once per 100ms per
+//     hold however many messages come. It
 //     cannot grant a lock, a permit or a leadership, end a hold, show a
 //     false leader, open a latch, or make a call hang or panic.
 //   - Also read dlock's keys and channels (queues, owner fields, tickets,
