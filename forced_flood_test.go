@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -83,5 +84,51 @@ func TestForgedForcedFloodIsPaced(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("read hold %d not told of the ForceUnlock in a flood", i)
 		}
+	}
+}
+
+// The pacing's wait is not bounded by the cleanup timeout: with one
+// shorter than lease.RecheckGap, a recheck that waited its turn ran on a
+// spent ctx and was dropped, and a ForceUnlock in a flood was told only at
+// the next renewal (about 10 s; found by review).
+func TestPacedRecheckWithAShortCleanupTimeout(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	c := newClient(t, r, WithCleanupTimeout(50*time.Millisecond))
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
+	const name = "flooded:short-cleanup"
+	m := c.Mutex(name)
+	mustLock(t, m)
+	pub := rdbFor(t, r)
+	channel, msg := keys.ClientChannel(c.ID()), keys.ForcedMessage(keys.For(name).Lock)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if pub.Publish(context.Background(), channel, msg).Err() != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+	time.Sleep(3 * lease.RecheckGap)
+	if ok, err := newClient(t, r).Mutex(name).ForceUnlock(ctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// A bound well under the watchdog's renewal period (10 s), which told
+	// it before the fix, and far above a recheck's pace.
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a ForceUnlock in a flood was not told within 5 s")
+	}
+	if !errors.Is(m.Err(), ErrForced) {
+		t.Fatalf("Err = %v, want ErrForced", m.Err())
 	}
 }

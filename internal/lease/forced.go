@@ -92,30 +92,38 @@ func (h *Lease) recheck() {
 const RecheckGap = 100 * time.Millisecond
 
 // recheckRound runs one recheck after wait, and then the next one asked
-// for meanwhile, each in a detached call of its own (a fresh cleanup
-// bound: one shared by a long flood's rechecks would run out and fail
-// every one after it). h.rechecks is recheckRunning.
+// for meanwhile. The wait ends early when h ends (a loss, Close); it is not
+// bounded by the cleanup timeout, which bounds each recheck's own call
+// instead: each runs in a detached call of its own, started after the wait
+// (one bound shared by a wait and its call, or by a long flood's rechecks,
+// would run out and fail the recheck). h.rechecks is recheckRunning.
 func (h *Lease) recheckRound(wait time.Duration) {
-	h.e.Detach(func(ctx context.Context) {
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-h.Done(): // ended (a loss, Close): its recheck is moot
-			case <-ctx.Done():
-			}
-			t.Stop()
+	if wait <= 0 {
+		h.e.Detach(h.recheckRun)
+		return
+	}
+	h.e.Detach(func(context.Context) {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-h.Done():
 		}
-		began := time.Now()
-		h.recheckOnce(ctx)
-		if h.rechecks.CompareAndSwap(recheckRunning, recheckIdle) {
-			return
-		}
-		// Asked again meanwhile (only recheck moves running to again, and
-		// only a round leaves again).
-		h.rechecks.Store(recheckRunning)
-		h.recheckRound(RecheckGap - time.Since(began))
+		t.Stop()
+		h.e.Detach(h.recheckRun)
 	})
+}
+
+// recheckRun is one round of recheckRound, on a detached call's ctx.
+func (h *Lease) recheckRun(ctx context.Context) {
+	began := time.Now()
+	h.recheckOnce(ctx)
+	if h.rechecks.CompareAndSwap(recheckRunning, recheckIdle) {
+		return
+	}
+	// Asked again meanwhile (only recheck moves running to again, and only
+	// a round leaves again).
+	h.rechecks.Store(recheckRunning)
+	h.recheckRound(RecheckGap - time.Since(began))
 }
 
 // The states of Lease.rechecks.
