@@ -83,7 +83,9 @@ var (
 	// granted the lock since, however soon, unless Redis refused the key
 	// that keeps the fencing sequence's start (see COMPATIBILITY.md): then
 	// a grant within a few milliseconds of ours passes for ErrTakenOver
-	// at a renewal, and for nothing at Unlock.
+	// at a renewal, and for nothing at Unlock. A fencing sequence also ends
+	// by its TTL (24h), held or not: a renewal of a hold whose sequence
+	// began more than 22.5h before says ErrTakenOver for either.
 	ErrDataLost = lease.ErrDataLost
 	// ErrRenewRefused: renewal kept failing with an error reply from Redis
 	// (READONLY, OOM, NOPERM, ...) until the hold could no longer be vouched

@@ -155,3 +155,79 @@ func TestFenceStartRefusedByACL(t *testing.T) {
 	}
 	mustUnlock(t, other)
 }
+
+// A reshard to a node whose clock is ahead moves the counter's expiry, and
+// the start's with it, later by that much. The start kept beside the
+// counter, whose TTL matches the counter's, decides alone: a release
+// resent after its own release ran is told nothing. Before, the TTL
+// reading still ran beside it, and with the expiries 5 ms later it read a
+// sequence begun after the token (found by review).
+func TestExactStartDecidesAloneAfterASkewedReshard(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
+	rdb := rdbFor(t, r)
+	ctx := ctxT(t)
+	const name = "skewed-reshard"
+	ks := keys.For(name)
+	m := c.Mutex(name)
+	mustLock(t, m)
+	for _, k := range []string{ks.Fence, keys.FenceStart(ks.Fence)} {
+		at, err := rdb.PExpireTime(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.PExpireAt(ctx, k, time.UnixMilli(at.Milliseconds()+5)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if start, err := rdb.Get(ctx, keys.FenceStart(ks.Fence)).Uint64(); err != nil || start != m.Token() {
+		t.Fatalf("start %d (%v), want the first token %d", start, err, m.Token())
+	}
+	// Its own release ran, its reply lost.
+	if err := rdb.Del(ctx, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("a release resent after its own release, the expiries 5 ms later = %v, want nil", err)
+	}
+}
+
+// A fencing sequence ends by its TTL whether a hold of it lives or not. A
+// hold that outlived its sequence, then expired and was taken by another
+// owner (whose grant began the next sequence), lost nothing to Redis: its
+// renewal says ErrTakenOver, not ErrDataLost (found by review: renewals
+// said ErrDataLost once they carried the token).
+func TestTakeOverAfterTheSequenceEndedIsNoDataLoss(t *testing.T) {
+	const fenceTTL = 400 * time.Millisecond
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	c := newClient(t, r, withFenceTTL(fenceTTL))
+	c.e.Hub().Listen()
+	<-c.e.Hub().ClientReady()
+	admin := rdbFor(t, r)
+	const name = "sequence-ended"
+	m := c.Mutex(name)
+	mustLock(t, m)
+	waitFor(t, "the sequence to end by its TTL", func() bool { return admin.Exists(ctx, keys.For(name).Fence).Val() == 0 })
+	// The hold expires (its holder paused, say), and another owner takes it.
+	if err := admin.Del(ctx, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, r, withFenceTTL(fenceTTL)).Mutex(name)
+	mustLock(t, other)
+	// A "forced" message has the hold ask Redis now (a renewal).
+	if err := admin.Publish(ctx, keys.ClientChannel(c.ID()), keys.ForcedMessage(keys.For(name).Lock)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold was not told")
+	}
+	if err := m.Err(); !errors.Is(err, ErrTakenOver) {
+		t.Fatalf("Err = %v, want ErrTakenOver", err)
+	}
+	mustUnlock(t, other)
+}

@@ -246,6 +246,15 @@ func WithCleanupTimeout(d time.Duration) Option {
 	}
 }
 
+// withFenceTTL sets how long a fencing sequence lives (default 24h); tests
+// shorten it to see sequences end.
+func withFenceTTL(d time.Duration) Option {
+	return func(c *config) error {
+		c.FenceTTL = d
+		return nil
+	}
+}
+
 // withRecheck sets how often a waiter re-checks a lock on its own (default
 // 3s); tests shorten or lengthen it.
 func withRecheck(d time.Duration) Option {

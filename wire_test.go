@@ -175,7 +175,7 @@ func TestHeldRecordTTLOnlyRises(t *testing.T) {
 	renewOne := func(owner string, ttl int) {
 		t.Helper()
 		keys := []string{k, z, "rec:ttl:fence", "rec:ttl:forced", rec}
-		if err := rdb.Eval(ctx, src, keys, owner, ttl, "r", fmt.Sprintf("1 %d", ttl/3), "").Err(); err != nil {
+		if err := rdb.Eval(ctx, src, keys, owner, ttl, "r", fmt.Sprintf("1 %d", ttl/3), "", 86400000).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

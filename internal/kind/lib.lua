@@ -17,23 +17,6 @@
 -- report it (the Go side's goneCode constants):
 local GONE, FORCED, DATA_LOST = 0, 2, 3
 
--- why_gone tells why field is not in the lock: FORCED when ForceUnlock took
--- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
--- the lock's data (a restart without persistence, FLUSHALL, a failover that
--- lost the writes): the fencing counter is gone, or, when the holder's token
--- is given, the counter is below it or its sequence began after that token
--- was issued; else GONE (it expired, another owner has it, or the holder's
--- own release already ran).
---
--- A sequence's start is read two ways. Exactly, from the value issue_token
--- keeps beside the counter (fence_start), when it is there: every start
--- ever written there is the current sequence's or an earlier one's, so a
--- token below it is from an earlier sequence. And to the millisecond, from
--- the counter's TTL (fence_ttl less what is left of it; a sequence's tokens
--- never run ahead of the clock), for a sequence begun by an older dlock or
--- whose start Redis refused or evicted: that reading needs slack, as a
--- reshard moves an expiry a millisecond or more, so a data loss and a new
--- grant within a few milliseconds of the token pass for GONE there.
 -- fence_start names the key that holds the first token of fence's current
 -- sequence (keys.FenceStart): the counter's name and a control character
 -- (US), which no lock name has, so it is no other lock's key, in the
@@ -43,28 +26,68 @@ local GONE, FORCED, DATA_LOST = 0, 2, 3
 -- reading and nothing else.
 local function fence_start(fence) return fence .. '\31s' end
 
-local function why_gone(fence, forced, field, token, fence_ttl)
+-- why_gone tells why field is not in the lock: FORCED when ForceUnlock took
+-- the lock from it (its name is in the forced set); DATA_LOST when Redis lost
+-- the lock's data (a restart without persistence, FLUSHALL, a failover that
+-- lost the writes): the fencing counter is gone, or, when the holder's token
+-- is given, the counter is below it or its sequence began after that token
+-- was issued; else GONE (it expired, another owner has it, or the holder's
+-- own release already ran).
+--
+-- A sequence also ends by its TTL, fence_ttl after its first token, whether
+-- a hold of it lives or not (a leader of more than a day, a hold that
+-- spanned the counter's expiry), and the next grant begins another: no
+-- data was lost. A token is its sequence's first plus one per grant, so it
+-- tells its sequence's age to within the grants' count in µs. When aged is
+-- given (a renewal: its hold may have expired and been taken over), a
+-- token older than fence_ttl less a sixteenth (90 minutes of 24 hours: a
+-- sequence would need a million grants a minute to drift that far) may be
+-- of a sequence that ended so, and its holder is told GONE where the gone
+-- counter or a later sequence would say DATA_LOST. A release's hold was
+-- not taken over when its holder still counted on it (lease.Lease's
+-- certainAtRelease), so there the counter and the sequence decide alone.
+--
+-- A sequence's start is read two ways. Exactly, from the value issue_token
+-- keeps beside the counter (fence_start), when it is there: one whose TTL
+-- is the counter's (they are written together; a reshard moves each by a
+-- few ms) is the current sequence's start, and decides alone; any other is
+-- an earlier sequence's, below the current start, so a token below it is
+-- still from an earlier sequence. And to the millisecond, from the
+-- counter's TTL (fence_ttl less what is left of it; a sequence's tokens
+-- never run ahead of the clock), when the start is missing (a sequence
+-- begun by an older dlock, a start Redis refused or evicted): that reading
+-- needs slack, as a reshard moves an expiry a millisecond or more, so a data
+-- loss and a new grant within a few milliseconds of the token pass for GONE
+-- there.
+local function why_gone(fence, forced, field, token, fence_ttl, aged)
   if redis.call('sismember', forced, field) == 1 then return FORCED end
   local left = redis.call('pttl', fence)
-  if left < 0 then return DATA_LOST end
-  if token then
-    -- The counter only grows, and it held the token when it was issued: a
-    -- counter below the token went back, and the holder's writes with it
-    -- (a failover to a replica that had not seen them). Our own release,
-    -- resent, finds it at the token or beyond.
-    local cur = tonumber(redis.call('get', fence) or '0')
-    if cur < tonumber(token) then return DATA_LOST end
-  end
-  if token then
-    local start = redis.pcall('get', fence_start(fence))
-    if type(start) == 'string' and tonumber(token) < tonumber(start) then return DATA_LOST end
-  end
+  local lost, now_ms = DATA_LOST, nil
   if token and fence_ttl then
     local t = redis.call('time')
-    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local ttl = tonumber(fence_ttl)
+    if aged and now_ms * 1000 - tonumber(token) > (ttl - ttl / 16) * 1000 then lost = GONE end
+  end
+  if left < 0 then return lost end
+  if not token then return GONE end
+  -- The counter only grows, and it held the token when it was issued: a
+  -- counter below the token went back, and the holder's writes with it
+  -- (a failover to a replica that had not seen them); a sequence that
+  -- ended by its TTL starts the next one above it. Our own release,
+  -- resent, finds it at the token or beyond.
+  local cur = tonumber(redis.call('get', fence) or '0')
+  if cur < tonumber(token) then return DATA_LOST end
+  local start = redis.pcall('get', fence_start(fence))
+  if type(start) == 'string' then
+    if tonumber(token) < tonumber(start) then return lost end
+    local start_left = redis.pcall('pttl', fence_start(fence))
+    if type(start_left) == 'number' and math.abs(start_left - left) <= 1000 then return GONE end
+  end
+  if now_ms then
     local start_us = (now_ms - (tonumber(fence_ttl) - left)) * 1000
     -- 2ms of slack for the TTL's and the clock's millisecond rounding.
-    if tonumber(token) < start_us - 2000 then return DATA_LOST end
+    if tonumber(token) < start_us - 2000 then return lost end
   end
   return GONE
 end

@@ -4,7 +4,8 @@
 -- forced set, KEYS[5i] its record of long holds; ARGV[i] owner field,
 -- ARGV[n+i] new ttl in ms, ARGV[2n+i] kind, ARGV[3n+i] the hold's record of
 -- long holds, or '' when it need not be written this time, ARGV[4n+i] the
--- hold's fencing token, or '' (a permit's: it has none). Kinds:
+-- hold's fencing token, or '' (a permit's: it has none); the last ARGV is
+-- the fencing counters' TTL in ms (why_gone). Kinds:
 --   'm' a Mutex or FairMutex renewed by the watchdog: the TTL is set
 --       (Redisson's renewal; every call of such a hold carries the same TTL);
 --   'f' a Mutex or FairMutex with a fixed lease: the TTL is extended to
@@ -50,7 +51,8 @@ local function record(k, h, f, ttl, rec)
   -- Only ever raised: readers of one RWMutex may renew with different TTLs.
   if redis.call('pttl', h) < ttl * HELD_TTLS then redis.call('pexpire', h, ttl * HELD_TTLS) end
 end
-local n = #ARGV / 5
+local n = (#ARGV - 1) / 5
+local fence_ttl = ARGV[#ARGV]
 local out = {}
 local now
 -- clock reads the server's clock (ms) once per call, when a kind needs it.
@@ -104,11 +106,11 @@ local function renew_one(i)
     return 1
   end
   -- The token tells a data loss from a take-over even after another
-  -- owner's grant began a new sequence (why_gone's exact reading; no TTL
-  -- reading, which a renewal has no fencing TTL for).
+  -- owner's grant began a new sequence, and its age one whose sequence
+  -- ended by its TTL.
   local tok = ARGV[4 * n + i]
   if tok == '' then tok = nil end
-  return why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f, tok)
+  return why_gone(KEYS[5 * i - 2], KEYS[5 * i - 1], f, tok, fence_ttl, true)
 end
 -- A key of lock i that holds another type (a neighbour overwrote it) is
 -- that lock's loss, not the batch's: a WRONGTYPE would fail the whole call,

@@ -12,6 +12,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,16 +47,18 @@ var (
 // Renewer returns the renewal of the Space's leases: one call of renew.lua
 // renews a batch of any kinds, giving each the TTL in ttls (ms), and
 // returns a code per lease: renew.Held, or why the owner's field is missing
-// (lease.CodeGone, ...).
-func Renewer(space keys.Space) func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+// (lease.CodeGone, ...). fenceTTL is the fencing counters' TTL, with which
+// why_gone tells a sequence that ended by its TTL from a data loss.
+func Renewer(space keys.Space, fenceTTL time.Duration) func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+	fenceTTLMs := fenceTTL.Milliseconds()
 	return func(ctx context.Context, w *wire.Wire, batch []*renew.Entry, ttls []int64) ([]int64, error) {
-		return renewBatch(ctx, w, space, batch, ttls)
+		return renewBatch(ctx, w, space, fenceTTLMs, batch, ttls)
 	}
 }
 
-func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*renew.Entry, ttls []int64) ([]int64, error) {
+func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, fenceTTLMs int64, batch []*renew.Entry, ttls []int64) ([]int64, error) {
 	keyArgs := make([]any, 0, 5*len(batch))
-	args := make([]any, 5*len(batch))
+	args := make([]any, 5*len(batch), 5*len(batch)+1)
 	n := len(batch)
 	for i, e := range batch {
 		set, fence, forced, held := e.Set, e.Fence, e.Forced, e.Key
@@ -80,6 +83,7 @@ func renewBatch(ctx context.Context, w *wire.Wire, space keys.Space, batch []*re
 		}
 		args[i], args[n+i], args[2*n+i], args[3*n+i], args[4*n+i] = e.Field, ttls[i], string(e.Kind), rec, tok
 	}
+	args = append(args, fenceTTLMs)
 	res, err := scriptRenew.RunDroppable(ctx, w, keyArgs, args...).Int64Slice()
 	if err != nil {
 		return nil, err
