@@ -104,7 +104,10 @@ func TestRunDroppableIsNotSentOnceCtxIsDone(t *testing.T) {
 		} else {
 			cmdErr = s.Run(done, w, []any{"k"}).Err()
 		}
-		if cmdErr == nil {
+		// A droppable call fails at once. A plain one is sent, and its
+		// caller may be handed its reply when the reply is in before the
+		// caller looks at its ctx (a worker can answer it that fast).
+		if cmdErr == nil && tc.droppable {
 			t.Errorf("droppable=%v: no error with a done ctx", tc.droppable)
 		}
 		<-w.Drain()
