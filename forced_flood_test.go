@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/lease"
 )
@@ -60,21 +62,7 @@ func TestForgedForcedFloodIsPaced(t *testing.T) {
 		t.Errorf("%d renewals of %d holds: the messages were not heard, the test proves nothing", stats["evalsha"], holds)
 	}
 	// A ForceUnlock in a flood is told to every hold.
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if pub.Publish(context.Background(), channel, msg).Err() != nil {
-				return
-			}
-		}
-	}()
-	defer func() { close(stop); <-stopped }()
+	defer floodWith(pub, channel, msg)()
 	if ok, err := newClient(t, r).Mutex("flooded").ForceUnlock(ctx); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -102,21 +90,7 @@ func TestPacedRecheckWithAShortCleanupTimeout(t *testing.T) {
 	mustLock(t, m)
 	pub := rdbFor(t, r)
 	channel, msg := keys.ClientChannel(c.ID()), keys.ForcedMessage(keys.For(name).Lock)
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if pub.Publish(context.Background(), channel, msg).Err() != nil {
-				return
-			}
-		}
-	}()
-	defer func() { close(stop); <-stopped }()
+	defer floodWith(pub, channel, msg)()
 	time.Sleep(3 * lease.RecheckGap)
 	if ok, err := newClient(t, r).Mutex(name).ForceUnlock(ctx); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -131,4 +105,25 @@ func TestPacedRecheckWithAShortCleanupTimeout(t *testing.T) {
 	if !errors.Is(m.Err(), ErrForced) {
 		t.Fatalf("Err = %v, want ErrForced", m.Err())
 	}
+}
+
+// floodWith publishes msg on channel from pub as fast as one connection
+// can, until the returned function is called (it waits for the last
+// message).
+func floodWith(pub *redis.Client, channel, msg string) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if pub.Publish(context.Background(), channel, msg).Err() != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

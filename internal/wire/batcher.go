@@ -243,7 +243,10 @@ func (b *batcher) work() {
 			batch, b.queue = b.queue, batch[:0]
 		}
 		b.mu.Unlock()
-		b.lastBatch.Store(time.Now().UnixNano())
+		if b.w.nodes != nil {
+			// Only a Cluster master's batcher is ever retired for idling.
+			b.lastBatch.Store(time.Now().UnixNano())
+		}
 		b.exec(batch)
 		clear(batch)
 		// Let the callers just answered run first: most send their next
