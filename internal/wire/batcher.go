@@ -38,6 +38,10 @@ type batcher struct {
 	// While the pipe has a connection in use (Wire.Piping), its writer
 	// takes the queue and enqueue wakes it instead of a worker.
 	pipeIdle bool
+	// combining is set while a caller writes the queue itself (pipe.go's
+	// combine), taken into cbuf: the writer then waits.
+	combining bool
+	cbuf      []*Call
 	// slow are calls the pipe handed back (resends, script loads,
 	// commands it cannot carry): the workers take them even while the pipe
 	// takes the queue, so that such calls use at most Workers connections
@@ -174,6 +178,14 @@ func (b *batcher) enqueue(cl *Call, n int) {
 	b.queue = append(b.queue, cl)
 	if p := b.w.pipe; p != nil {
 		if b.w.Piping() {
+			if b.pipeIdle && !b.combining && p.rest == nil && p.callerWrites() {
+				b.combining, b.pipeIdle = true, false
+				batch := b.queue
+				b.queue = b.cbuf
+				b.mu.Unlock()
+				p.combine(b, batch)
+				return
+			}
 			wake := b.pipeIdle
 			b.pipeIdle = false
 			b.mu.Unlock()

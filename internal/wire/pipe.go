@@ -2,10 +2,13 @@ package wire
 
 import (
 	"bufio"
+	"errors"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +31,9 @@ import (
 // gets a pipe, as it gets lone connections, and only calls whose command
 // the pipe's codec writes and reads (resp.go's pipeable) use it.
 //
+// A caller that finds the writer waiting writes the queue itself
+// (combine), without blocking, on a plain TCP or Unix connection.
+//
 // ctx is law as for every call: a caller waits in Wire.wait. A reply that
 // does not come within the read timeout (go-redis's, one minute when
 // disabled) after its call was written ends the connection; every call
@@ -42,11 +48,17 @@ type pipe struct {
 	stopped atomic.Bool
 	wake    chan struct{} // the writer's wake-up; one token at most
 	// writes and calls count the pipe's writes and the calls they
-	// carried; conns the connections it put in use.
-	writes, calls, conns atomic.Int64
+	// carried; conns the connections it put in use; rests the callers'
+	// writes that left the writer a rest.
+	writes, calls, conns, rests atomic.Int64
 	// readTimeout and writeTimeout bound how long a written call waits for
 	// its reply, and a write for the socket.
 	readTimeout, writeTimeout time.Duration
+	// rest is what a caller's write (combine) left unwritten, for the
+	// writer to write before anything else, on restConn. Guarded by the
+	// batcher's mu.
+	rest     []byte
+	restConn *pconn
 }
 
 // pconn is one connection of a pipe: each redial makes a new one.
@@ -55,6 +67,10 @@ type pconn struct {
 	nc  net.Conn
 	br  *bufio.Reader // the reader's
 	buf []byte        // the writer's
+	// raw is the socket of a plain TCP or Unix connection, which a caller
+	// writes without blocking (combine); nil for any other (TLS, a
+	// custom Dialer's), whose calls only the writer writes.
+	raw syscall.RawConn
 
 	mu sync.Mutex
 	// inflight are the calls written and not yet answered, oldest first
@@ -90,7 +106,7 @@ func (p *pipe) writeLoop(b *batcher) {
 	var batch []*Call
 	for {
 		b.mu.Lock()
-		for len(b.queue) == 0 || !b.w.Piping() {
+		for (len(b.queue) == 0 && p.rest == nil) || !b.w.Piping() || b.combining {
 			if b.stopped {
 				b.mu.Unlock()
 				return
@@ -107,16 +123,73 @@ func (p *pipe) writeLoop(b *batcher) {
 			runtime.Gosched()
 			b.mu.Lock()
 		}
+		rest, rc := p.rest, p.restConn
+		p.rest, p.restConn = nil, nil
 		batch, b.queue = b.queue, batch[:0]
 		b.mu.Unlock()
-		p.write(b, batch)
+		if rest != nil {
+			p.writeRest(rc, rest)
+		}
+		if len(batch) > 0 {
+			p.write(b, batch, false)
+		}
 		clear(batch)
+	}
+}
+
+// combine writes batch, the queue a caller took while the writer waited
+// (batcher.enqueue), on the caller's goroutine, sparing the call the
+// writer's wake-up: sixteen goroutines made 18% more Lock+Unlock pairs per
+// second (54k to 63k in one interleaved run, 2-vCPU AMD EPYC, PING 51 µs),
+// for 9% more Redis CPU per pair (a burst of calls now takes two writes,
+// the first caller's and the writer's). The caller never blocks: what the
+// socket does not take at once is left to the writer (ctx is law), which
+// writes it before anything else.
+func (p *pipe) combine(b *batcher, batch []*Call) {
+	rest, c := p.write(b, batch, true)
+	clear(batch)
+	b.mu.Lock()
+	b.cbuf = batch[:0]
+	b.combining = false
+	if rest != nil {
+		p.rest, p.restConn = rest, c
+		p.rests.Add(1)
+	}
+	if len(b.queue) == 0 && p.rest == nil {
+		b.pipeIdle = true // the writer still waits
+		b.mu.Unlock()
+		return
+	}
+	b.pipeIdle = false
+	b.mu.Unlock()
+	p.poke()
+}
+
+// callerWrites reports whether a caller may write on the connection in
+// use: only on a plain TCP or Unix socket, which it can write without
+// blocking.
+func (p *pipe) callerWrites() bool {
+	c := p.cur.Load()
+	return c != nil && c.raw != nil
+}
+
+// writeRest writes what a caller's write left, on c, unless c is no longer
+// in use (its calls are resent).
+func (p *pipe) writeRest(c *pconn, rest []byte) {
+	if p.cur.Load() != c {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(p.writeTimeout))
+	if _, err := c.nc.Write(rest); err != nil {
+		c.close()
 	}
 }
 
 // write writes batch on the current connection. Calls the pipe cannot
 // carry, and every call when no connection is in use, go through go-redis.
-func (p *pipe) write(b *batcher, batch []*Call) {
+// With nb (a caller writes) it writes what the socket takes without
+// blocking and returns the rest, with its connection.
+func (p *pipe) write(b *batcher, batch []*Call, nb bool) ([]byte, *pconn) {
 	c := p.cur.Load()
 	var other []*Call
 	n := 0
@@ -156,7 +229,7 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 		b.handBack(other)
 	}
 	if n == 0 {
-		return
+		return nil, nil
 	}
 	batch = batch[:n]
 	now := time.Now()
@@ -168,7 +241,7 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 			requeue(cl, false)
 		}
 		b.handBack(append([]*Call(nil), batch...))
-		return
+		return nil, nil
 	}
 	for _, cl := range batch {
 		c.inflight = append(c.inflight, written{cl, now})
@@ -181,15 +254,58 @@ func (p *pipe) write(b *batcher, batch []*Call) {
 	}
 	p.writes.Add(1)
 	p.calls.Add(int64(len(batch)))
-	_ = c.nc.SetWriteDeadline(now.Add(p.writeTimeout))
-	if _, err := c.nc.Write(c.buf); err != nil {
-		// The reader finds the connection closed and resends what it
-		// holds, these calls too.
-		c.close()
+	var rest []byte
+	if nb {
+		rest = c.writeNow()
+	} else {
+		_ = c.nc.SetWriteDeadline(now.Add(p.writeTimeout))
+		if _, err := c.nc.Write(c.buf); err != nil {
+			// The reader finds the connection closed and resends what it
+			// holds, these calls too.
+			c.close()
+		}
 	}
 	if cap(c.buf) > 64<<10 {
 		c.buf = nil // a burst's buffer is not kept
 	}
+	return rest, c
+}
+
+// writeNow writes c.buf as far as the socket takes it without waiting,
+// and returns what is left (a copy), or nil.
+func (c *pconn) writeNow() []byte {
+	n := 0
+	var werr error
+	if c.raw == nil {
+		return append([]byte(nil), c.buf...)
+	}
+	err := c.raw.Write(func(fd uintptr) bool {
+		for n < len(c.buf) {
+			m, e := syscall.Write(int(fd), c.buf[n:])
+			if m > 0 {
+				n += m
+			}
+			if e == syscall.EINTR {
+				continue
+			}
+			if e != nil || m <= 0 {
+				werr = e
+				break
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
+		c.close()
+		return nil
+	case werr != nil && werr != syscall.EAGAIN:
+		c.close()
+		return nil
+	case n < len(c.buf):
+		return append([]byte(nil), c.buf[n:]...)
+	}
+	return nil
 }
 
 // readLoop is the reader of c: it reads replies and hands them to their

@@ -234,7 +234,7 @@ func TestPipeFailsAnUnmarshallableCallAlone(t *testing.T) {
 	w.batch.mu.Lock()
 	w.batch.pending += 2 // as submit counts them
 	w.batch.mu.Unlock()
-	w.pipe.write(&w.batch, []*Call{bad, good})
+	w.pipe.write(&w.batch, []*Call{bad, good}, false)
 	for _, cl := range []*Call{bad, good} {
 		if _, err := w.wait(ctx, cl); err != nil {
 			t.Fatal(err)

@@ -52,6 +52,19 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitUndone waits until every abandoned call counted in undone has run
+// its Undo.
+func waitUndone(t *testing.T, undone *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { undone.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the abandoned calls' Undo did not run")
+	}
+}
+
 // do sends cmd through w and returns it with its reply, or ctx's cause.
 func do(ctx context.Context, w *Wire, cmd redis.Cmder) error {
 	cl := NewCall(cmd, nil)
@@ -194,13 +207,7 @@ func TestPipeCtxIsLawOnASilentRedis(t *testing.T) {
 	if err := proxy.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { undone.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the abandoned calls' Undo did not run")
-	}
+	waitUndone(t, &undone)
 	if n := replied.Load(); n != g {
 		t.Errorf("%d of %d abandoned calls' Undo saw Redis's reply", n, g)
 	}
