@@ -69,8 +69,12 @@ type pconn struct {
 	buf []byte        // the writer's
 	// raw is the socket of a plain TCP or Unix connection, which a caller
 	// writes without blocking (combine); nil for any other (TLS, a
-	// custom Dialer's), whose calls only the writer writes.
-	raw syscall.RawConn
+	// custom Dialer's), whose calls only the writer writes. rawWrite is
+	// writeOnce, made once; wn and werr are its progress and error.
+	raw      syscall.RawConn
+	rawWrite func(fd uintptr) bool
+	wn       int
+	werr     error
 
 	mu sync.Mutex
 	// inflight are the calls written and not yet answered, oldest first
@@ -274,38 +278,42 @@ func (p *pipe) write(b *batcher, batch []*Call, nb bool) ([]byte, *pconn) {
 // writeNow writes c.buf as far as the socket takes it without waiting,
 // and returns what is left (a copy), or nil.
 func (c *pconn) writeNow() []byte {
-	n := 0
-	var werr error
 	if c.raw == nil {
 		return append([]byte(nil), c.buf...)
 	}
-	err := c.raw.Write(func(fd uintptr) bool {
-		for n < len(c.buf) {
-			m, e := syscall.Write(int(fd), c.buf[n:])
-			if m > 0 {
-				n += m
-			}
-			if e == syscall.EINTR {
-				continue
-			}
-			if e != nil || m <= 0 {
-				werr = e
-				break
-			}
-		}
-		return true
-	})
+	c.wn, c.werr = 0, nil
+	err := c.raw.Write(c.rawWrite)
 	switch {
 	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
 		c.close()
 		return nil
-	case werr != nil && werr != syscall.EAGAIN:
+	case c.werr != nil && c.werr != syscall.EAGAIN:
 		c.close()
 		return nil
-	case n < len(c.buf):
-		return append([]byte(nil), c.buf[n:]...)
+	case c.wn < len(c.buf):
+		return append([]byte(nil), c.buf[c.wn:]...)
 	}
 	return nil
+}
+
+// writeOnce is writeNow's work on the socket fd: it writes c.buf from
+// c.wn until the socket takes no more, and returns true (done) whatever
+// happened, so that RawConn.Write never waits.
+func (c *pconn) writeOnce(fd uintptr) bool {
+	for c.wn < len(c.buf) {
+		m, e := syscall.Write(int(fd), c.buf[c.wn:])
+		if m > 0 {
+			c.wn += m
+		}
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != nil || m <= 0 {
+			c.werr = e
+			break
+		}
+	}
+	return true
 }
 
 // readLoop is the reader of c: it reads replies and hands them to their

@@ -126,6 +126,7 @@ func (p *pipe) redial(b *batcher) {
 		case *net.UnixConn:
 			c.raw, _ = nc.SyscallConn()
 		}
+		c.rawWrite = c.writeOnce
 		if p.stopped.Load() || !p.cur.CompareAndSwap(nil, c) {
 			_ = rc.Close()
 			return
