@@ -128,6 +128,23 @@ func TestIdleMasterBatcherRetires(t *testing.T) {
 	if b.retired.Load() || workers(b) != Workers {
 		t.Fatalf("after a call to it: retired %v, %d workers; want started again with %d", b.retired.Load(), workers(b), Workers)
 	}
+
+	// A call routed to the batcher just before it is retired (Do routes,
+	// then submits, without a lock between): it is still sent, answered
+	// and counted until then.
+	late := NewCall(redis.NewIntCmd(ctx, "exists", first), nil)
+	if got := w.nodes.batcherFor(w, late); got != b {
+		t.Fatal("the call is routed to another batcher")
+	}
+	b.retire(time.Now().Add(time.Hour))
+	if !b.retired.Load() {
+		t.Fatal("the idle batcher was not retired")
+	}
+	b.submit(late)
+	if left, err := w.wait(ctx, late); left || late.Cmd.Err() != nil {
+		t.Fatalf("a call that reached a retired batcher: left %v, %v, %v; want it answered", left, err, late.Cmd.Err())
+	}
+	late.Free()
 	select {
 	case <-w.Drain():
 	case <-ctx.Done():
