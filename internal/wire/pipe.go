@@ -115,7 +115,18 @@ func (p *pipe) writeLoop(b *batcher) {
 		b.mu.Lock()
 		for (len(b.queue) == 0 && p.rest == nil) || !b.w.Piping() || b.combining {
 			if b.stopped {
+				// The workers may have left with calls queued for the pipe
+				// (they saw it in use): they go out on goroutines of their
+				// own, as calls made after Stop do. A combiner hands over
+				// what is queued once it is done (combine).
+				var left []*Call
+				if !b.combining && len(b.queue) > 0 {
+					left, b.queue = b.queue, nil
+				}
 				b.mu.Unlock()
+				if left != nil {
+					go b.exec(left)
+				}
 				return
 			}
 			b.pipeIdle = true
@@ -151,7 +162,8 @@ func (p *pipe) writeLoop(b *batcher) {
 // for 9% more Redis CPU per pair (a burst of calls now takes two writes,
 // the first caller's and the writer's). The caller never blocks: what the
 // socket does not take at once is left to the writer (ctx is law), which
-// writes it before anything else.
+// writes it before anything else. The caller serializes the other calls it
+// takes too: their arguments are dlock's own, which marshal at once.
 func (p *pipe) combine(b *batcher, batch []*Call) {
 	rest, c := p.write(b, batch, true)
 	clear(batch)
@@ -161,6 +173,16 @@ func (p *pipe) combine(b *batcher, batch []*Call) {
 	if rest != nil {
 		p.rest, p.restConn = rest, c
 		p.rests.Add(1)
+	}
+	if b.stopped && len(b.queue) > 0 {
+		// The writer may have returned meanwhile (it does not write while
+		// a caller does): what was queued goes out as after Stop.
+		left := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		go b.exec(left)
+		p.poke()
+		return
 	}
 	if len(b.queue) == 0 && p.rest == nil {
 		b.pipeIdle = true // the writer still waits
