@@ -34,7 +34,7 @@ MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 # staticcheck's release pinned for the checks (honnef.co/go/tools).
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all deps vet staticcheck test test-fips install-test bench bench-results fmt fmt-fix lint
+.PHONY: all deps vet staticcheck cross test test-fips install-test bench bench-results fmt fmt-fix lint
 
 all: test
 
@@ -52,7 +52,13 @@ staticcheck:
 	fi; \
 	for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && "$$bin" ./...); done
 
-test: deps vet staticcheck
+# The library builds where its users build: its packages (not the test
+# servers' helpers) for Windows and macOS too.
+cross:
+	@set -e; pkgs="$$($(GO) list ./... | grep -v /internal/testenv)"; \
+	for os in windows darwin; do echo "GOOS=$$os go build (the library)"; GOOS=$$os $(GO) build $$pkgs; done
+
+test: deps vet staticcheck cross
 	@set -e; for m in $(MODULES); do echo "go test $$m"; (cd $$m && $(GO) test $(TEST_FLAGS) $(PKGS)); done
 	@$(MAKE) --no-print-directory install-test
 

@@ -72,7 +72,7 @@ type pconn struct {
 	// custom Dialer's), whose calls only the writer writes. rawWrite is
 	// writeOnce, made once; wn and werr are its progress and error.
 	raw      syscall.RawConn
-	rawWrite func(fd uintptr) bool
+	rawWrite func(fd uintptr) bool // the platform's (pipe_raw_*.go)
 	wn       int
 	werr     error
 
@@ -322,33 +322,13 @@ func (c *pconn) writeNow() []byte {
 	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
 		c.close()
 		return nil
-	case c.werr != nil && c.werr != syscall.EAGAIN:
+	case c.werr != nil:
 		c.close()
 		return nil
 	case c.wn < len(c.buf):
 		return append([]byte(nil), c.buf[c.wn:]...)
 	}
 	return nil
-}
-
-// writeOnce is writeNow's work on the socket fd: it writes c.buf from
-// c.wn until the socket takes no more, and returns true (done) whatever
-// happened, so that RawConn.Write never waits.
-func (c *pconn) writeOnce(fd uintptr) bool {
-	for c.wn < len(c.buf) {
-		m, e := syscall.Write(int(fd), c.buf[c.wn:])
-		if m > 0 {
-			c.wn += m
-		}
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != nil || m <= 0 {
-			c.werr = e
-			break
-		}
-	}
-	return true
 }
 
 // readLoop is the reader of c: it reads replies and hands them to their

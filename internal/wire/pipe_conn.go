@@ -120,12 +120,7 @@ func (p *pipe) redial(b *batcher) {
 		}
 		c := &pconn{rc: rc, nc: *nc, br: bufio.NewReaderSize(*nc, 32<<10), more: make(chan struct{}, 1)}
 		_ = c.nc.SetDeadline(time.Time{})
-		switch nc := c.nc.(type) {
-		case *net.TCPConn:
-			c.raw, _ = nc.SyscallConn()
-		case *net.UnixConn:
-			c.raw, _ = nc.SyscallConn()
-		}
+		c.raw = rawSocket(c.nc)
 		c.rawWrite = c.writeOnce
 		if p.stopped.Load() || !p.cur.CompareAndSwap(nil, c) {
 			_ = rc.Close()
