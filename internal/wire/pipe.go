@@ -205,10 +205,11 @@ func (p *pipe) callerWrites() bool {
 // combineBelow bounds the calls waiting for their replies when a caller
 // writes its own. Beyond it the pipe is deep enough that the writer's
 // wake-up costs a call little, and the writes a caller's write adds cost
-// Redis more: 64 goroutines with the bound made 92-94k pairs/s at 7.6-8.1
-// µs of Redis CPU per pair, without it 82-84k at 9.0-9.3 (rueidislock:
-// 9.1-9.8; three alternations, 2-vCPU AMD EPYC); 16 goroutines, whose
-// calls in flight stay under it, are the same either way.
+// Redis more: 64 goroutines with the bound made 92-94k pairs/s in two of
+// three alternations (84k in the third) at 7.6-8.1 µs of Redis CPU per
+// pair, without it 82-84k at 9.0-9.3 (rueidislock: 9.1-9.8; 2-vCPU AMD
+// EPYC, PING 45-55 µs); 16 goroutines, whose calls in flight stay under
+// it, are the same either way.
 const combineBelow = 16
 
 // writeRest writes what a caller's write left, on c, unless c is no longer
@@ -314,6 +315,8 @@ func (p *pipe) write(b *batcher, batch []*Call, nb bool) ([]byte, *pconn) {
 // and returns what is left (a copy), or nil.
 func (c *pconn) writeNow() []byte {
 	if c.raw == nil {
+		// Redialed since callerWrites looked, to a connection a caller
+		// may not write (a custom Dialer's may differ from dial to dial).
 		return append([]byte(nil), c.buf...)
 	}
 	c.wn, c.werr = 0, nil

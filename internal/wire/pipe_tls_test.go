@@ -192,6 +192,9 @@ func TestPipeBreakOnAStalledTLSConnectionDoesNotHoldCalls(t *testing.T) {
 	if !ok {
 		t.Fatalf("the pipe's connection is a %T, not TLS", w.pipe.cur.Load().nc)
 	}
+	if w.pipe.cur.Load().raw != nil {
+		t.Fatal("callers may write the TCP socket under the TLS connection: their bytes would bypass TLS")
+	}
 	_ = tc.NetConn().(*net.TCPConn).SetWriteBuffer(16 << 10) // it fills soon
 	f.stallOpen()
 	ctx := context.Background()
