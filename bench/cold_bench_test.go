@@ -27,6 +27,17 @@ import (
 // script warming as it runs). On such a host the redis.calls on a cold
 // path, not its Lua, are most of what it costs Redis.
 //
+// redis-cpu-µs/call is the rest of the bill: Redis's main-thread CPU (INFO
+// cpu) per call, the read, the reply's write and the wake-up from
+// epoll_wait included, and with a gap the idle server's own ticks too
+// (about 8 µs per 5 ms here). On the 2-vCPU Intel Xeon host of 2026-11-28
+// (PING about 25 µs): a PING costs Redis 14 µs back to back and 61 µs
+// after 5 ms of quiet, a script of eight redis.calls 31 against 89. A
+// server that sleeps between calls pays a wake-up of about 45 µs at
+// every one, which no script can save: it is why a hand-off every 5 ms
+// costs Redis more per request here than a poller's request that finds
+// Redis awake (bench/README.md, "Fifth session of 2026-11-28").
+//
 //	go test -run '^$' -bench ColdCall -benchtime 300x .
 func BenchmarkColdCall(b *testing.B) {
 	srv := startTestRedis(b)
@@ -38,6 +49,7 @@ func BenchmarkColdCall(b *testing.B) {
 		name, cmd string
 		run       func() error
 	}{
+		{"ping", "ping", func() error { return rdb.Ping(ctx).Err() }},
 		{"set", "set", func() error { return rdb.Set(ctx, "{c}s", "v", 0).Err() }},
 		{"script=empty", "evalsha", script(ctx, rdb, keys, `return 1`)},
 		{"script=get+del", "evalsha", func() error { return compareAndDelete.Run(ctx, rdb, keys[:1], "t").Err() }},
@@ -63,6 +75,10 @@ return redis.call('publish', 'bench:cold', '0')`)},
 				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
+				cpu0, err := mainThreadCPU(ctx, rdb)
+				if err != nil {
+					b.Fatal(err)
+				}
 				for b.Loop() {
 					if err := s.run(); err != nil {
 						b.Fatal(err)
@@ -71,11 +87,19 @@ return redis.call('publish', 'bench:cold', '0')`)},
 						time.Sleep(gap)
 					}
 				}
+				cpu1, err := mainThreadCPU(ctx, rdb)
+				if err != nil {
+					b.Fatal(err)
+				}
 				us, err := commandUsec(ctx, rdb, s.cmd)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(us, "redis-µs/call")
+				// Everything the call cost Redis's main thread: its
+				// command, and the read, the reply's write and the wake-up
+				// from epoll_wait around it (two INFO calls' worth more).
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "redis-cpu-µs/call")
 			})
 		}
 	}
@@ -91,6 +115,15 @@ func script(ctx context.Context, rdb *redis.Client, keys []string, src string) f
 		}
 		return err
 	}
+}
+
+// mainThreadCPU reads the CPU time of Redis's main thread from INFO cpu.
+func mainThreadCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	return parseMainThreadCPU(info)
 }
 
 // commandUsec reads Redis's time per call of cmd from INFO commandstats.
