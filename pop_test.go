@@ -224,3 +224,68 @@ func TestForceUnlockDeletesUnpoppedGrant(t *testing.T) {
 	}
 	_ = m.Unlock(hctx)
 }
+
+// A semaphore waiter of another Client pops its permit as a Mutex waiter
+// pops its lock: the release puts "0 <claim ms>" in the waiter's box, the
+// waiter sends no claim, its permit lasts the claim window in Redis until
+// its first renewal (at half the window), and a weighted permit pops the
+// same way.
+func TestSemaphoreHandoffPopped(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	ctx := ctxT(t)
+	const name = "pop30:semaphore"
+	a, b := newClient(t, r).Semaphore(name, 2), newClient(t, r).Semaphore(name, 2)
+	held, err := a.AcquireN(ctx, 2, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Permit, 1)
+	go func() {
+		p, err := b.AcquireN(ctx, 2, 20*time.Second, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	waitFor(t, "the waiter's pop", func() bool { return popClient(t, rdb) != "" })
+	resetCounts(t, ctx, r)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := <-got
+	if p == nil {
+		t.FailNow()
+	}
+	s := commands(t, r)
+	if s["evalsha"] != 1 || s["rpush"] != 1 || s["publish"] != 0 || s["blpop"] != 0 {
+		t.Errorf("the hand-off ran %v, want the release alone (1 script) putting the grant in the box", s)
+	}
+	deadline := func() time.Duration {
+		t.Helper()
+		score, err := rdb.ZScore(ctx, b.p.Keys().Permits, p.ID()).Result()
+		if err != nil {
+			t.Fatalf("the popped permit %q is not in Redis: %v", p.ID(), err)
+		}
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(int64(score)-now.UnixMilli()) * time.Millisecond
+	}
+	if d := deadline(); d > 2*time.Second {
+		t.Errorf("the popped permit lasts %v, want the claim window (2s) until its first renewal", d)
+	}
+	waitFor(t, "the popped permit renewed", func() bool { return deadline() > 20*time.Second })
+	select {
+	case <-p.Done():
+		t.Fatalf("the popped permit ended: %v", p.Err())
+	default:
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.ZCard(ctx, b.p.Keys().Permits).Val(); n != 0 {
+		t.Errorf("%d permits outlived their release", n)
+	}
+}

@@ -309,12 +309,14 @@ func MutexEntry(ticket uint64, ttlMs int64, field string) string {
 	return strconv.FormatUint(ticket, 10) + " 0" + strconv.FormatInt(ttlMs, 10) + " " + field
 }
 
-// PopEntry is a Mutex waiter's QueueEntry with its TTL written with two
-// leading zeros: the mark of a waiter that pops its grant from its box
-// (GrantBox) with a blocking pop on a connection of its own, so the release
-// that hands the lock to it takes its token and puts "<token> <claim ms>"
-// there instead of publishing (lib.lua's deliver). An older dlock reads
-// the mark as MutexEntry's and publishes, which the waiter also hears.
+// PopEntry is a waiter's QueueEntry with its TTL written with two leading
+// zeros: the mark of a waiter that pops its grant from its box (GrantBox)
+// with a blocking pop on a connection of its own, so the release that
+// hands it the lock puts "<token> <claim ms>" there instead of publishing:
+// a Mutex's with the token it takes (lib.lua's deliver), a semaphore's
+// with token 0 (sem_lib.lua's grant_queued). An older dlock reads a
+// Mutex's mark as MutexEntry's, and a semaphore's as a plain TTL, and
+// publishes, which the waiter also hears.
 func PopEntry(ticket uint64, ttlMs int64, field string) string {
 	return strconv.FormatUint(ticket, 10) + " 00" + strconv.FormatInt(ttlMs, 10) + " " + field
 }

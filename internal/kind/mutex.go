@@ -215,6 +215,9 @@ func (p *Mutex) PopEntry(ticket uint64, ttl time.Duration, l *lease.Lease) (stri
 	return keys.PopEntry(ticket, lease.Ms(ttl), l.Field()), keys.GrantBox(p.ks.Queue, l.Field())
 }
 
+// Fenced implements lease.Popper: a hand-off carries the holder's token.
+func (p *Mutex) Fenced() bool { return true }
+
 // Renewal implements lease.Protocol.
 func (p *Mutex) Renewal(l *lease.Lease) renew.Entry {
 	return renew.Entry{Key: p.ks.Lock, Field: l.Field(), Kind: 'm', Fence: p.ks.Fence, Forced: p.ks.Forced, Token: l.Token()}

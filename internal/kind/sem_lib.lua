@@ -96,8 +96,11 @@ end
 -- waiter for many is not overtaken by later waiters for few). Each gets
 -- its permits for the claim window (a waiter that died before its turn must
 -- not keep them for a whole lease; a live one extends them as soon as it
--- runs) and its client is woken on its client channel (its next attempt
--- confirms). Only the waiters granted are told. The permits and the size
+-- runs). A waiter that pops (keys.PopEntry) finds the grant in its box: the
+-- box's item is the grant, as the Mutex's (lease/pop.go), and its first
+-- renewal extends the permit. Any other waiter's client is woken on its
+-- client channel (its next attempt confirms). Only the waiters granted
+-- are told. The permits and the size
 -- are kept for the waiter's whole TTL and the claim window, so that its
 -- claim (sem_acquire.lua's hand-off branch) need not extend them. A first
 -- waiter that needs more than the size, or whose seen deadline passed (it
@@ -179,7 +182,18 @@ local function grant_queued(now, size, held, claim_ms, self, all, self_ttl)
       if redis.call('zadd', KEYS[1], 'NX', now + claim, id) == 1 then
         keep_pair(tonumber(ttl) + claim)
         held = held + w
-        redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' 0 ' .. string.format('%d', claim))
+        -- A TTL with two leading zeros (keys.PopEntry): the grant goes to
+        -- the waiter's box (keys.GrantBox), which it pops, unless Redis
+        -- refuses the box (an undeclared key: an ACL that names the
+        -- semaphore's keys, a MIGRATING slot); then the message tells, as
+        -- it does every other waiter.
+        local msg = '0 ' .. string.format('%d', claim)
+        local box = string.sub(ttl, 1, 2) == '00' and KEYS[3] .. '\31g:' .. id
+        if box and type(redis.pcall('rpush', box, msg)) == 'number' then
+          redis.call('pexpire', box, claim)
+        else
+          redis.pcall('publish', 'dlock:client:' .. cid, ticket .. ' ' .. msg)
+        end
       end
     else
       here('zrem', KEYS[4], e)

@@ -13,7 +13,8 @@
 -- here). Expired permits are not reaped here: held_weight counts only live
 -- ones, and the next attempt that waits in the queue reaps them.
 -- A hand-off's common case is then TIME, GET, ZRANGEBYSCORE, LPOP, ZADD
--- (the grant mark), ZADD, PTTL, PUBLISH, LPOP (nil, or an emptied queue
+-- (the grant mark), ZADD, PTTL, RPUSH and PEXPIRE of the waiter's box (or a
+-- PUBLISH, to a waiter that does not pop), LPOP (nil, or an emptied queue
 -- refused while the slot migrates) and ZREM.
 local now = now_ms()
 local size = tonumber(redis.call('get', KEYS[2]) or '0')

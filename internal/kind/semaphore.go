@@ -160,6 +160,16 @@ func (p *Semaphore) Entry(ticket uint64, ttl time.Duration, l *lease.Lease) stri
 	return keys.QueueEntry(ticket, lease.Ms(ttl), l.Field())
 }
 
+// PopEntry implements lease.Popper: keys.PopEntry for the permit id, and
+// the box next to the semaphore's queue, where sem_lib.lua's grant_queued
+// puts "0 <claim ms>" (a permit carries no token).
+func (p *Semaphore) PopEntry(ticket uint64, ttl time.Duration, l *lease.Lease) (string, string) {
+	return keys.PopEntry(ticket, lease.Ms(ttl), l.Field()), keys.GrantBox(p.ks.Queue, l.Field())
+}
+
+// Fenced implements lease.Popper: permits carry no fencing token.
+func (p *Semaphore) Fenced() bool { return false }
+
 // Renewal implements lease.Protocol: a permit's expiry in the sorted set.
 func (p *Semaphore) Renewal(l *lease.Lease) renew.Entry {
 	return renew.Entry{Key: p.ks.Permits, Set: p.ks.Size, Field: l.Field(), Kind: 's'}

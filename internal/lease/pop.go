@@ -32,7 +32,7 @@ import (
 // claim window, unless it was released first (a short hold costs no
 // renewal). A waiter that gives up leaves the queue as any waiter does (its
 // Undo passes on a hand-off that reached it); an item it did not pop expires
-// with the claim window, and ForceUnlock deletes it.
+// with the claim window, and a Mutex's ForceUnlock deletes it.
 
 const (
 	// popWait is one pop's timeout. go-redis sends BLPOP's in whole
@@ -67,6 +67,10 @@ type Popper interface {
 	// PopEntry returns the marked queue entry of l's waiter for ticket and
 	// ttl, and its box.
 	PopEntry(ticket uint64, ttl time.Duration, l *Lease) (entry, box string)
+	// Fenced reports whether the kind's grants carry a fencing token (at
+	// least 1). One that does not (a semaphore's permits) hands over 0,
+	// and a grant naming any other token is malformed.
+	Fenced() bool
 }
 
 // pop is one waiter's popping.
@@ -181,7 +185,7 @@ func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, 
 		a.popAfter(popRetry)
 		return 0, 0, false
 	}
-	token, claim, err := parseGrant(r.vals)
+	token, claim, err := parseGrant(r.vals, a.h.p.(Popper).Fenced())
 	if err != nil {
 		e.Cfg.Logger.Warn("dlock: ignoring a malformed hand-off", "name", a.h.name, "err", err)
 		a.popNext()
@@ -202,15 +206,16 @@ func popRefused(err error) bool {
 // box until its next attempt.
 func (a *acquisition) stalled() bool { return a.pop != nil && !a.pop.inflight }
 
-// parseGrant reads BLPOP's reply [box, "<token> <claim ms>"] strictly.
-func parseGrant(vals []string) (uint64, time.Duration, error) {
+// parseGrant reads BLPOP's reply [box, "<token> <claim ms>"] strictly: a
+// fenced kind's token is at least 1, another kind's is 0.
+func parseGrant(vals []string, fenced bool) (uint64, time.Duration, error) {
 	if len(vals) != 2 {
 		return 0, 0, fmt.Errorf("dlock: unexpected pop reply %q", vals)
 	}
 	tok, ms, ok := strings.Cut(vals[1], " ")
 	t, err1 := strconv.ParseUint(tok, 10, 64)
 	c, err2 := strconv.ParseInt(ms, 10, 64)
-	if !ok || err1 != nil || err2 != nil || t < 1 || c < 1 {
+	if !ok || err1 != nil || err2 != nil || (t >= 1) != fenced || c < 1 {
 		return 0, 0, fmt.Errorf("dlock: unexpected hand-off %q", vals[1])
 	}
 	return t, time.Duration(c) * time.Millisecond, nil
