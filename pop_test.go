@@ -289,3 +289,59 @@ func TestSemaphoreHandoffPopped(t *testing.T) {
 		t.Errorf("%d permits outlived their release", n)
 	}
 }
+
+// Where Redis refuses a semaphore waiter's box (an ACL that grants the
+// semaphore's keys by name), BLPOP of it is refused too, and the release
+// that hands the waiter its permit tells it by a message instead: the
+// waiter claims at once, not at its re-check (a waiter whose pop was
+// refused re-checks four times per claim window: every 10 s here).
+func TestSemaphoreBoxRefusedByACL(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	const name = "pop30:sem-acl"
+	ks := keys.Semaphore(name)
+	admin := rdbFor(t, r)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "sembox", "on", ">pw", "resetkeys", "~"+ks.Permits, "~"+ks.Size, "~"+ks.Queue, "~"+ks.Seen, "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	user := func() *Client {
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Username: "sembox", Password: "pw"})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return newClientOn(t, rdb, WithHandoffClaim(40*time.Second), withRecheck(time.Minute))
+	}
+	a, b := user().Semaphore(name, 1), user().Semaphore(name, 1)
+	held, err := a.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Permit, 1)
+	go func() {
+		p, err := b.Acquire(ctx, time.Minute, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	waitFor(t, "the waiter's refused pop", func() bool {
+		for _, line := range strings.Split(admin.Info(ctx, "commandstats").Val(), "\n") {
+			if strings.HasPrefix(line, "cmdstat_blpop:") && !strings.Contains(line, "rejected_calls=0,") {
+				return admin.LLen(ctx, ks.Queue).Val() == 1
+			}
+		}
+		return false
+	})
+	resetCounts(t, ctx, r)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := <-got
+	if p == nil {
+		t.FailNow()
+	}
+	if s := commands(t, r); s["publish"] != 1 || s["rpush"] != 0 {
+		t.Errorf("the hand-off ran %v, want the release telling the waiter by a message", s)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
