@@ -20,8 +20,15 @@ func TestBeyondLuaLiteralsAgreeWithGo(t *testing.T) {
 	if !strings.Contains(kind.Source("sem_lib.lua"), `string.match(e, '^(%d+) (%d+) (.+)$')`) {
 		t.Error("sem_lib.lua does not read queue entries as keys.QueueEntry writes them")
 	}
-	if !strings.Contains(kind.Source("sem_lib.lua"), `ticket .. ' 0 ' .. string.format('%d', claim)`) {
+	if src := kind.Source("sem_lib.lua"); !strings.Contains(src, `local msg = '0 ' .. string.format('%d', claim)`) ||
+		!strings.Contains(src, `ticket .. ' ' .. msg`) {
 		t.Error("sem_lib.lua's grant message is not \"<ticket> 0 <ttl ms>\"")
+	}
+	// A popping waiter's grant, "0 <ttl ms>", goes to keys.GrantBox's key
+	// (the queue's, US, "g:", the permit id) when its entry is keys.PopEntry's.
+	if !strings.Contains(kind.Source("sem_lib.lua"), `string.sub(ttl, 1, 2) == '00' and KEYS[3] .. '\31g:' .. id`) ||
+		keys.GrantBox("q", "c:1") != "q\x1fg:c:1" || !strings.Contains(keys.PopEntry(7, 30000, "c:1"), " 0030000 ") {
+		t.Error("sem_lib.lua's box is not keys.GrantBox's key for a keys.PopEntry entry")
 	}
 	if tk, ok := keys.HandoffTicket("7 0 2000"); !ok || tk != 7 {
 		t.Error("a semaphore grant message does not parse as a hand-off")

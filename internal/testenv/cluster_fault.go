@@ -230,6 +230,9 @@ func (c *Cluster) migrate(ctx context.Context, slot int, from, to *Redis, order 
 	if _, err := rawDo(ctx, from.Addr(), "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
 		return fmt.Errorf("testenv: SETSLOT MIGRATING: %w", err)
 	}
+	if err := c.outrankEpochs(ctx, to); err != nil {
+		return err
+	}
 	if err := migrateKeys(ctx, s, from, to); err != nil {
 		return err
 	}
@@ -258,6 +261,61 @@ func (c *Cluster) migrate(ctx context.Context, slot int, from, to *Redis, order 
 		}
 		return true, nil
 	})
+}
+
+// outrankEpochs gives the target of a migration a config epoch above every
+// other master's, while it is still importing (and so deaf to claims of
+// the slot). Without it a stale claim could take the slot back: a PING the
+// source sent before it took SETSLOT NODE still claims the slot, with the
+// source's epoch, and a target whose epoch is lower gives the slot up on
+// reading it and deletes the keys just migrated (Redis drops the keys of a
+// slot it loses). SETSLOT NODE bumps the target's epoch only when the
+// target does not see itself as the highest already, which after many
+// reshards in a row it may do from stale gossip. CI saw it twice (MOVED
+// both ways for minutes, or a migrated key gone). CLUSTER BUMPEPOCH takes
+// the highest epoch the target knows of plus one; it is sent again until
+// every master, asked directly, has a lower one.
+func (c *Cluster) outrankEpochs(ctx context.Context, to *Redis) error {
+	return waitFor(ctx, "the migration's target to hold the highest config epoch", func() (bool, error) {
+		mine, err := myEpoch(ctx, to)
+		if err != nil {
+			return false, err
+		}
+		for _, n := range c.nodes {
+			if n == to {
+				continue
+			}
+			e, err := myEpoch(ctx, n)
+			if err != nil {
+				return false, err
+			}
+			if e >= mine {
+				if _, err := rawDo(ctx, to.Addr(), "CLUSTER", "BUMPEPOCH"); err != nil {
+					return false, fmt.Errorf("testenv: BUMPEPOCH on %s: %w", to.Addr(), err)
+				}
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// myEpoch is a node's own config epoch (CLUSTER INFO's cluster_my_epoch).
+func myEpoch(ctx context.Context, r *Redis) (int64, error) {
+	v, err := rawDo(ctx, r.Addr(), "CLUSTER", "INFO")
+	if err != nil {
+		return 0, fmt.Errorf("testenv: node %s: CLUSTER INFO: %w", r.Addr(), err)
+	}
+	info, err := replyString(v)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_my_epoch:"); ok {
+			return strconv.ParseInt(rest, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("testenv: node %s: CLUSTER INFO has no cluster_my_epoch", r.Addr())
 }
 
 // migrateKeys moves every key of slot s from one node to another, 100 keys
