@@ -21,8 +21,11 @@ import (
 // order as golang.org/x/sync/semaphore.Weighted: a waiter queues itself,
 // and a release (or SetPermits growing the size) gives the freed permits
 // straight to the queued waiters from the first one on while they fit, and
-// wakes only their processes. A waiter for many permits is not overtaken
-// by waiters for fewer that came after it.
+// wakes only their processes: a waiter with a watchdog lease finds its
+// permit as the reply to its own blocking pop of its box, as a Mutex waiter
+// does (see "Whom it trusts" in the package doc), any other by a message
+// that its next attempt confirms. A waiter for many permits is not
+// overtaken by waiters for fewer that came after it.
 //
 // The size: the number given to Client.Semaphore initialises it when the
 // semaphore does not exist in Redis yet (its first Acquire). From then on only
@@ -45,8 +48,9 @@ import (
 // crashed waiter for many permits cannot stall the queue), and of entries
 // granted lately, scored by minus their permit's deadline when granted (a
 // mark that a resent queueing call finds, so that it does not queue its
-// waiter again beside its permit). Waiters listen on their Client's
-// channel and on dlock:semaphore-free:{name}. Every key has a TTL at least
+// waiter again beside its permit); dlock:semaphore-queue:{name}\x1fg:<permit
+// id>, a popping waiter's box, which lives the claim window. Waiters
+// listen on their Client's channel and on dlock:semaphore-free:{name}. Every key has a TTL at least
 // as long as the longest permit (the queue and its seen set: four re-check
 // intervals, refreshed by its waiters; the seen set also at least the TTL
 // of a permit that a first queueing call took at once, whose mark it
