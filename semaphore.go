@@ -50,8 +50,8 @@ import (
 // mark that a resent queueing call finds, so that it does not queue its
 // waiter again beside its permit); dlock:semaphore-queue:{name}\x1fg:<permit
 // id>, a popping waiter's box, which lives the claim window. Waiters
-// listen on their Client's channel and on dlock:semaphore-free:{name}. Every key has a TTL at least
-// as long as the longest permit (the queue and its seen set: four re-check
+// listen on their Client's channel and on dlock:semaphore-free:{name}.
+// Every key but the boxes has a TTL at least as long as the longest permit (the queue and its seen set: four re-check
 // intervals, refreshed by its waiters; the seen set also at least the TTL
 // of a permit that a first queueing call took at once, whose mark it
 // holds). A name with a hash tag T uses "dlock:semaphore:{T}:name".
