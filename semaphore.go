@@ -51,10 +51,10 @@ import (
 // waiter again beside its permit); dlock:semaphore-queue:{name}\x1fg:<permit
 // id>, a popping waiter's box, which lives the claim window. Waiters
 // listen on their Client's channel and on dlock:semaphore-free:{name}.
-// Every key but the boxes has a TTL at least as long as the longest permit (the queue and its seen set: four re-check
-// intervals, refreshed by its waiters; the seen set also at least the TTL
-// of a permit that a first queueing call took at once, whose mark it
-// holds). A name with a hash tag T uses "dlock:semaphore:{T}:name".
+// Every key but the boxes has a TTL at least as long as the longest
+// permit (the queue and its seen set: four re-check intervals, refreshed
+// by its waiters; the seen set also at least the TTL of a permit that a
+// first queueing call took at once, whose mark it holds). A name with a hash tag T uses "dlock:semaphore:{T}:name".
 //
 // A Semaphore is safe for concurrent use.
 type Semaphore struct {
