@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,5 +345,175 @@ func TestSemaphoreBoxRefusedByACL(t *testing.T) {
 	}
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A popping waiter whose pops get no answer (here the application took its
+// go-redis client's whole pool, so a pop cannot get a connection) re-checks
+// as a waiter whose pop was refused does: the permit a release puts in its
+// box is taken by its next attempt, within the claim window, and goes to
+// it, the first in line, not to the waiter queued behind it. Its re-checks
+// are otherwise a minute apart, so without that it would lose its turn.
+func TestHandoffPopFailingRechecks(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	const name = "pop30:starved"
+	admin := r.NewClient(t)
+	a := newClient(t, r).Semaphore(name, 1)
+	ks := a.p.Keys()
+	held, err := a.Acquire(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := redis.NewClient(&redis.Options{Addr: r.Addr(), PoolSize: 4}) // one pop slot
+	t.Cleanup(func() { _ = app.Close() })
+	b := newClientOn(t, app, withRecheck(time.Minute)).Semaphore(name, 1)
+	c := newClient(t, r, withRecheck(time.Minute)).Semaphore(name, 1)
+	type outcome struct {
+		who string
+		p   *Permit
+	}
+	got := make(chan outcome, 2)
+	acquire := func(who string, s *Semaphore) {
+		p, err := s.Acquire(ctx, 20*time.Second, 0)
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+		}
+		got <- outcome{who, p}
+	}
+	go acquire("b", b)
+	waitFor(t, "b's pop", func() bool { return popClient(t, admin) != "" })
+	takePool(t, r, app, 4)
+	go acquire("c", c)
+	waitFor(t, "c queued behind b", func() bool { return admin.LLen(ctx, ks.Queue).Val() == 2 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first.p == nil {
+		t.FailNow()
+	}
+	if first.who != "b" {
+		t.Errorf("%s got the permit first; want b, first in line and handed the permit", first.who)
+	}
+	_ = first.p.Release(ctx)
+	if second := <-got; second.p != nil {
+		_ = second.p.Release(ctx)
+	}
+}
+
+// takePool has n goroutines block on rdb (an application's workers waiting
+// for jobs) until every connection of its pool has been held for two
+// seconds or more, and releases them at the end of the test.
+func takePool(t *testing.T, r *testenv.Redis, rdb *redis.Client, n int) {
+	t.Helper()
+	const jobs = "pop30:jobs"
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rdb.BLPop(context.Background(), 0, jobs).Err()
+		}()
+	}
+	admin := r.NewClient(t)
+	t.Cleanup(func() {
+		for range n {
+			admin.RPush(context.Background(), jobs, "stop")
+		}
+		wg.Wait()
+		admin.Del(context.Background(), jobs)
+	})
+	waitFor(t, "the application's workers to hold the whole pool", func() bool {
+		held := 0
+		for _, line := range strings.Split(admin.ClientList(context.Background()).Val(), "\n") {
+			if !strings.Contains(line, " cmd=blpop ") || !strings.Contains(line, " flags=b ") {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "idle="); ok {
+					// idle: seconds since the client's last command; a
+					// waiter's own pops are renewed every second.
+					if s, _ := strconv.Atoi(v); s >= 2 {
+						held++
+					}
+				}
+			}
+		}
+		return held >= n
+	})
+}
+
+// A grant in a box whose window is longer than the waiter's TTL was not
+// written by a hand-off (a hand-off's window is at most the TTL in the
+// waiter's entry): the waiter ignores it and pops again, for either kind,
+// and takes the real hand-off later.
+func TestHandoffPopWindowBeyondTheTTLIsNoGrant(t *testing.T) {
+	r := testenvRedis(t)
+	ctx := ctxT(t)
+	admin := r.NewClient(t)
+	for _, k := range []struct {
+		kind, forged string
+		take         func(c *Client) (func(context.Context) error, error)
+		box          func(c *Client) string
+	}{
+		{"mutex", "7 999999999", func(c *Client) (func(context.Context) error, error) {
+			m := c.Mutex("pop30:long")
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return m.Unlock, nil
+		}, func(c *Client) string { return c.Mutex("pop30:long").p.Keys().Queue }},
+		{"semaphore", "0 999999999", func(c *Client) (func(context.Context) error, error) {
+			p, err := c.Semaphore("pop30:long", 1).Acquire(ctx, 20*time.Second, 0)
+			if err != nil {
+				return nil, err
+			}
+			return p.Release, nil
+		}, func(c *Client) string { return c.Semaphore("pop30:long", 1).p.Keys().Queue }},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			a, b := newClient(t, r), newClient(t, r, withRecheck(time.Minute))
+			release, err := k.take(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan func(context.Context) error, 1)
+			go func() {
+				rel, err := k.take(b)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- rel
+			}()
+			queue := k.box(b)
+			waitFor(t, "b's pop", func() bool { return popClient(t, admin) != "" })
+			_, _, field, ok := keys.ParseQueueEntry(admin.LIndex(ctx, queue, 0).Val())
+			if !ok {
+				t.Fatal("b is not queued")
+			}
+			resetCounts(t, ctx, r)
+			box := keys.GrantBox(queue, field)
+			admin.RPush(ctx, box, k.forged)
+			admin.PExpire(ctx, box, time.Minute)
+			waitFor(t, "b's next pop", func() bool {
+				return len(got) > 0 || commands(t, r)["blpop"] >= 1 && popClient(t, admin) != ""
+			})
+			select {
+			case <-got:
+				t.Fatalf("b took %q from its box as a grant", k.forged)
+			default:
+			}
+			if err := release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rel := <-got
+			if rel == nil {
+				t.FailNow()
+			}
+			if err := rel(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

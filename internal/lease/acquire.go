@@ -202,10 +202,13 @@ func (a *acquisition) wait(ctx, waitCtx context.Context, r Reply) (bool, error) 
 			if notify.Tracing && p.err == nil {
 				notify.Trace(a.h.e.Cfg.ClientID, notify.HopWake)
 			}
+			wasStalled := a.stalled()
 			if token, claim, ok := a.popAnswered(p); ok {
 				return a.grantPopped(ctx, token, claim)
 			}
-			if a.stalled() {
+			if a.stalled() && !wasStalled {
+				// Brought forward once, when the waiter stalls: a pop that
+				// fails again and again must not put the re-check off.
 				timer.Reset(a.sleep(Reply{Wait: -1}))
 			}
 			continue

@@ -79,6 +79,10 @@ type pop struct {
 	since    time.Time   // the box was empty after this
 	out      chan popped // the pop in flight's outcome
 	inflight bool
+	// failing: the last pop got no answer (no connection from the pool, a
+	// dropped one, a timeout). A grant may sit in the box meanwhile, with
+	// no message to say so: the waiter re-checks as a stalled one does.
+	failing bool
 }
 
 type popped struct {
@@ -122,12 +126,16 @@ func (a *acquisition) queued(sent time.Time) {
 }
 
 // popNext sends the next pop, on a goroutine of its own (go-redis cannot
-// give up a blocking read when ctx ends; its own deadline, popWait and its
-// margin, bounds it).
+// give up a blocking read when ctx is cancelled; the pop's deadline,
+// popWait and popSlack, bounds it).
 func (a *acquisition) popNext() { a.popAfter(0) }
 
 // popRetry is how long a pop that got no answer waits before the next.
 const popRetry = 100 * time.Millisecond
+
+// popSlack is how much longer than popWait a pop may take, from its call
+// to its reply: a round trip, and the wait for a pool connection.
+const popSlack = 500 * time.Millisecond
 
 // popAfter is popNext after a pause of d.
 func (a *acquisition) popAfter(d time.Duration) {
@@ -143,7 +151,14 @@ func (a *acquisition) popAfter(d time.Duration) {
 			t.Stop()
 		}
 		sent := time.Now()
-		vals, err := e.rdb.BLPop(ctx, popWait, p.box).Result()
+		// The whole pop, its wait for a pool connection included, ends
+		// popSlack after Redis would have answered it: a pool the
+		// application has taken makes the pop fail in time to re-check
+		// (stalled) within the claim window, instead of waiting out the
+		// pool's timeout while a hand-off sits in the box.
+		pctx, cancel := context.WithDeadline(ctx, sent.Add(popWait+popSlack))
+		vals, err := e.rdb.BLPop(pctx, popWait, p.box).Result()
+		cancel()
 		if notify.Tracing && err == nil {
 			notify.Trace(e.Cfg.ClientID, notify.HopPopped)
 		}
@@ -163,7 +178,7 @@ func (a *acquisition) popC() <-chan popped {
 // and the claim window counted from since), or sends the next pop.
 func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, ok bool) {
 	p, e := a.pop, a.h.e
-	p.inflight = false
+	p.inflight, p.failing = false, r.err != nil && !errors.Is(r.err, redis.Nil)
 	switch {
 	case errors.Is(r.err, redis.Nil):
 		p.since = r.sent // empty until after it was sent
@@ -186,6 +201,13 @@ func (a *acquisition) popAnswered(r popped) (token uint64, claim time.Duration, 
 		return 0, 0, false
 	}
 	token, claim, err := parseGrant(r.vals, a.h.p.(Popper).Fenced())
+	if err == nil && claim > a.ttl {
+		// A hand-off's window is the smaller of the claim window and the
+		// TTL in the waiter's entry: never more than the waiter's TTL. A
+		// longer one was not written by a hand-off, and would put the
+		// lease's first renewal, which asks Redis, past it.
+		err = fmt.Errorf("dlock: a hand-off of %v, longer than the waiter's TTL %v", claim, a.ttl)
+	}
 	if err != nil {
 		e.Cfg.Logger.Warn("dlock: ignoring a malformed hand-off", "name", a.h.name, "err", err)
 		a.popNext()
@@ -201,10 +223,11 @@ func popRefused(err error) bool {
 	return isRedisError(err) && (redis.HasErrorPrefix(err, "NOPERM") || strings.HasPrefix(err.Error(), "ERR unknown command"))
 }
 
-// stalled reports whether a's waiter has a marked entry and no pop in
-// flight: its pop was refused, so a hand-off to it waits silently in its
-// box until its next attempt.
-func (a *acquisition) stalled() bool { return a.pop != nil && !a.pop.inflight }
+// stalled reports whether a's waiter has a marked entry and no pop that
+// will tell it of a hand-off: its pop was refused, or the last one got no
+// answer, so a hand-off to it may wait silently in its box until its next
+// attempt.
+func (a *acquisition) stalled() bool { return a.pop != nil && (!a.pop.inflight || a.pop.failing) }
 
 // parseGrant reads BLPOP's reply [box, "<token> <claim ms>"] strictly: a
 // fenced kind's token is at least 1, another kind's is 0.
@@ -241,9 +264,8 @@ func (a *acquisition) grantPopped(ctx context.Context, token uint64, claim time.
 
 // stopPop ends a waiter's popping: the slot is freed once the pop in
 // flight, whose outcome nobody needs any more, is back, and not before: its
-// pool connection is taken until then. The pop's own read deadline (popWait
-// and go-redis' margin for blocking commands, 10s) bounds the wait, which
-// may outlast the cleanup timeout on a link that went silent.
+// pool connection is taken until then. The pop's deadline (popWait and
+// popSlack) bounds the wait.
 func (a *acquisition) stopPop() {
 	p, e := a.pop, a.h.e
 	if p == nil {
