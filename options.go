@@ -207,6 +207,11 @@ func WithClientID(id string) Option {
 // WithHandoffClaim sets how long a lock handed straight to a waiting process
 // stays valid before that process confirms it. It bounds how long a waiter
 // that crashed while queued can delay the others. Default 2s; at least 10ms.
+// The releasing process's setting is the one a hand-off gets, while a
+// waiter that cannot pop its hand-offs looks for one four times per its
+// own: give every process that shares a lock the same value (a waiter
+// whose value is longer than the releaser's may find its hand-off expired
+// and lose its turn).
 func WithHandoffClaim(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 10*time.Millisecond {
