@@ -158,11 +158,11 @@ func (a *acquisition) popAfter(d time.Duration) {
 		// pool's timeout while a hand-off sits in the box.
 		pctx, cancel := context.WithDeadline(ctx, sent.Add(popWait+popSlack))
 		vals, err := e.rdb.BLPop(pctx, popWait, p.box).Result()
-		cancel()
 		if notify.Tracing && err == nil {
 			notify.Trace(e.Cfg.ClientID, notify.HopPopped)
 		}
 		p.out <- popped{sent: sent, vals: vals, err: err}
+		cancel() // after the hand-off reached its waiter: off its way
 	})
 }
 
