@@ -208,7 +208,8 @@
 // fills in the same script: a key, which only a client that may write
 // dlock's keys can write, so the reply is the grant and no claim round trip
 // follows. A Semaphore waiter pops its permit the same way, from
-// dlock:semaphore-queue:{name}\x1fg:<permit id>. Where BLPOP is refused, waiters are woken by messages as before.
+// dlock:semaphore-queue:{name}\x1fg:<permit id>. Where BLPOP is refused,
+// waiters are woken by messages as before.
 // What a client sharing the same Redis can do, by what its ACL lets it do:
 //
 //   - Publish on any channel (the default ACL allows every channel): it can

@@ -100,9 +100,9 @@ end
 -- box's item is the grant, as the Mutex's (lease/pop.go), and its first
 -- renewal extends the permit. Any other waiter's client is woken on its
 -- client channel (its next attempt confirms). Only the waiters granted
--- are told. The permits and the size
--- are kept for the waiter's whole TTL and the claim window, so that its
--- claim (sem_acquire.lua's hand-off branch) need not extend them. A first
+-- are told. The permits and the size are kept for the waiter's whole TTL
+-- and the claim window, so that its claim (sem_acquire.lua's hand-off
+-- branch) need not extend them. A first
 -- waiter that needs more than the size, or whose seen deadline passed (it
 -- died, or left with its entry behind), leaves the queue and is woken: its
 -- next attempt, if any, decides. held is the number of permits held. With
