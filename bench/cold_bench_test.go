@@ -36,7 +36,7 @@ import (
 // server that sleeps between calls pays a wake-up of about 45 µs at
 // every one, which no script can save: it is why a hand-off every 5 ms
 // costs Redis more per request here than a poller's request that finds
-// Redis awake (bench/README.md, "Fifth session of 2026-11-28").
+// Redis awake (bench/JOURNAL.md, "Fifth session of 2026-11-28").
 //
 //	go test -run '^$' -bench ColdCall -benchtime 300x .
 func BenchmarkColdCall(b *testing.B) {
