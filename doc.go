@@ -69,9 +69,11 @@
 // script (its own field, its TTL, a new token), and the waiter sends nothing:
 // one script per hand-over instead of a release and an acquisition. A
 // Mutex's pass also takes the fencing tokens of the passes that may follow,
-// so those run no script: after one HEXISTS that tells the releaser whether
-// Redis still had its hold, the one Redis hold (its field, its TTL and how
-// long it is certain, its renewal) goes on from goroutine to goroutine, each
+// so those run no script: the one Redis hold (its field, its TTL and how
+// long it is certain, its renewal) goes on from goroutine to goroutine at
+// once, and one HEXISTS sent as it does tells the releaser whether Redis
+// still had its hold (its Unlock waits for that answer, the next holder
+// does not), each
 // with a larger token than the last and than any earlier holder's
 // elsewhere, and a holder elsewhere after them gets a larger one still. A
 // hold with a fixed lease is passed in Redis only. A Mutex passes at most 16
@@ -320,6 +322,13 @@
 // count only once n replicas acknowledged it. Redis restarting without
 // persistence forgets every lock.
 // In both cases the holder learns of the loss at its next renewal.
+//
+// A hold passed between goroutines of one Client in memory goes to the next
+// goroutine before Redis has answered whether it still had it: when the
+// answer (a round trip later) says it was gone (data lost, forced), the
+// releasing goroutine's Unlock reports the loss and the next holder is told
+// as of any loss, so for that round trip it may have worked on a hold Redis
+// no longer had, as any holder may between a loss and its next renewal.
 //
 // Fencing tokens come from a per-name counter (dlock:fence:{name}) that is
 // started from the Redis server's clock in microseconds and then counts one

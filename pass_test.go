@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/dlock-dev/dlock/internal/keys"
 	"github.com/dlock-dev/dlock/internal/testenv"
@@ -368,10 +369,12 @@ func TestPassInMemory(t *testing.T) {
 	}
 }
 
-// A pass in memory asks Redis first whether the hold is still there: a
-// holder whose hold Redis lost (here a neighbour deleted the key, so nobody
-// was told) learns it from its Unlock, as from a release, and the waiter
-// takes the lock in Redis itself instead of a hold that is gone.
+// A pass in memory hands the hold on at once and asks Redis whether it is
+// still there (HEXISTS) as it does: a holder whose hold Redis lost (here a
+// neighbour deleted the key, so nobody was told) learns it from its
+// Unlock, as from a release, and the goroutine it handed the hold to is
+// told too, or, when the answer came before it began, takes the lock in
+// Redis itself. It never goes on believing in a hold that is gone.
 func TestPassInMemoryChecksTheHold(t *testing.T) {
 	r := testenvRedis(t)
 	rdb := r.NewClient(t)
@@ -399,15 +402,98 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 	if cctx == nil {
 		t.FailNow()
 	}
-	if f := holderField(m); f == field || !rdb.HExists(ctx, name, f).Val() {
+	f := holderField(m)
+	switch {
+	case f == field:
+		// Handed on before the check's answer: told of the loss by now
+		// (the answer tells the heir before the releaser's Unlock returns,
+		// or the heir finds it answered as it begins).
+		if cctx.Err() == nil {
+			t.Fatal("the next holder believes in the passed hold Redis lost")
+		}
+		if err := m.Unlock(cctx); !errors.Is(err, ErrLockLost) {
+			t.Errorf("the next holder's Unlock: %v, want the loss", err)
+		}
+	case !rdb.HExists(ctx, name, f).Val():
 		t.Errorf("the next holder's field %q (the lost hold's %q) is not in Redis", f, field)
-	}
-	if err := m.Unlock(cctx); err != nil {
-		t.Fatal(err)
+	default:
+		if err := m.Unlock(cctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := rdb.Exists(ctx, name).Val(); n != 0 {
 		t.Error("the lock outlived its last Unlock")
 	}
+}
+
+// The next holder of a pass in memory has the lock before Redis answers
+// the pass's check (here every reply is cut): the hand-over is a goroutine
+// switch, not a round trip. Its own release waits for that answer, so that
+// it cannot remove the field before the check reads it (the releaser would
+// then be told of a loss that was a release): with its ctx ending first,
+// its Unlock goes on in the background and Redis still has the hold; once
+// replies flow again, the check fails or answers and the release follows.
+func TestPassInMemoryHandsOverBeforeTheCheck(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	proxy := startBlackhole(t, r.Addr())
+	prdb := redis.NewClient(&redis.Options{
+		Addr:                     proxy.Addr(),
+		ReadTimeout:              2 * time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { _ = prdb.Close() })
+	c := newClientOn(t, prdb)
+	t.Cleanup(proxy.Heal) // before Close
+	ctx := ctxT(t)
+	const name = "pass30:early"
+	m := c.Mutex(name)
+	a, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := lockersAtGate(t, ctx, c, m, 2)
+	if err := m.Unlock(a); err != nil { // the pass in Redis, with spare tokens
+		t.Fatal(err)
+	}
+	bctx := <-held
+	if bctx == nil {
+		t.FailNow()
+	}
+	field := holderField(m)
+	proxy.CutReplies()
+	unlocked := make(chan error, 1)
+	go func() {
+		uctx, cancel := context.WithTimeout(bctx, 500*time.Millisecond)
+		defer cancel()
+		unlocked <- m.Unlock(uctx)
+	}()
+	var cctx context.Context
+	select {
+	case cctx = <-held:
+	case err := <-unlocked:
+		t.Fatalf("the releaser's Unlock returned (%v) before the next holder had the lock", err)
+	}
+	if cctx == nil {
+		t.FailNow()
+	}
+	if f := holderField(m); f != field {
+		t.Fatalf("the next holder's field is %q, want the passed hold's %q", f, field)
+	}
+	if tb, tc := TokenFrom(bctx), TokenFrom(cctx); tc <= tb {
+		t.Errorf("the next holder's token %d is not above %d", tc, tb)
+	}
+	rctx, cancel := context.WithTimeout(cctx, 300*time.Millisecond)
+	defer cancel()
+	if err := m.Unlock(rctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the next holder's Unlock while the check is unanswered: %v, want its ctx's deadline", err)
+	}
+	if !rdb.HExists(ctx, name, field).Val() {
+		t.Fatal("the next holder's release ran before the pass's check was answered")
+	}
+	<-unlocked
+	proxy.Heal()
+	waitFor(t, "the release after the check's answer", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
 }
 
 // lockersAtGate starts n goroutines that lock m's name through c, and

@@ -47,9 +47,12 @@ type baton struct {
 	spare [2]uint64 // the tokens it may hand out itself: first, last
 	// A pass in Redis: when it was sent, which the lease counts from.
 	sent time.Time
-	// A pass in memory: the hold's field and when it stops being certain.
+	// A pass in memory: the hold's field and when it stops being certain,
+	// and the check of the hold that its releaser sent as it handed it on
+	// (passCheck), not yet answered perhaps.
 	field      string
 	validUntil time.Time
+	check      *passCheck
 	// mayHold marks a gate without a token after a pass in Redis whose
 	// outcome is unknown (no answer, or an answer that the releaser's
 	// field was gone: the pass's own first send, resent, may have made

@@ -150,6 +150,7 @@ func (hd *Handle) enter(ctx context.Context, try bool, next *Lease, ttl, lease t
 		w.next, w.ttl, w.lease = next, ttl, lease
 		w.abandoned = func(b baton) {
 			hd.e.Detach(func(ctx context.Context) {
+				b.check.wait(ctx) // the Undo must not remove the field before the check reads it
 				if b.grants() {
 					// Passed to a waiter that had left (or maybe passed):
 					// the kind's Undo passes the hold on in Redis, if it
@@ -300,7 +301,7 @@ func (hd *Handle) occupy(h *Lease) {
 func (hd *Handle) vacate(h *Lease) {
 	hd.remove(h)
 	h.mu.Lock()
-	keep := h.passing != nil
+	keep := h.passing != nil || h.handed
 	h.mu.Unlock()
 	if !keep {
 		hd.exit() // else a pass gives the gate on (pass.go)

@@ -96,7 +96,13 @@ type Lease struct {
 	// passing is the waiter a pass in flight goes to: the handle's gate is
 	// its, not the queue's, when the lease finishes (passOn).
 	passing *gateWaiter
-	onEnd   []*endFn
+	// handed: a pass in memory already gave the gate, with the hold, to
+	// the next holder (pass.go); the lease's end must not give it again.
+	handed bool
+	// inherited is the check of the pass in memory that gave the lease its
+	// hold, until a release of the lease has seen it answered (pass.go).
+	inherited *passCheck
+	onEnd     []*endFn
 	// contexts counts the contexts of the hold handed out (Context): a
 	// holder with none can only unlock with a context that carries no
 	// hold, which dropLost must then keep owed (Handle.owe).

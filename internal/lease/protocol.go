@@ -59,9 +59,9 @@ type Protocol interface {
 // field and gives next's its TTL and new fencing tokens in one script; the
 // waiter is told in memory, and sends nothing. A kind with spare tokens
 // (Spare) lets the holder that got them pass the hold on in memory, with no
-// script: one HEXISTS tells the releaser whether Redis still had its hold
-// (pass.go), then the field, its TTL and its renewal go on, and each new
-// holder takes the next spare token.
+// script: the field, its TTL and its renewal go on at once, each new holder
+// takes the next spare token, and one HEXISTS tells the releaser whether
+// Redis still had its hold (pass.go's passCheck).
 type Passer interface {
 	// MayPass reports whether the handle may pass after inRow passes in a
 	// row; false sends the release through Redis (others' turn).

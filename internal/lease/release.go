@@ -78,6 +78,7 @@ type release struct {
 	observe  func(Release) // the release's observers
 	pass     bool          // the release is a pass in Redis (Passer) to h.passing
 	check    bool          // the release is a pass in memory's check (checkCall)
+	checked  *passCheck    // that check, whose answer the next holder awaits
 	baton    baton         // what the waiter h.passing gets with the gate
 }
 
@@ -92,6 +93,23 @@ func (u *releaseUndo) Undo(ctx context.Context, cmd redis.Cmder) { _ = (*Lease)(
 // before its reply, releaseTurn returns a *PendingRelease and the reply is
 // read in the background.
 func (h *Lease) releaseTurn(ctx context.Context, all bool) error {
+	if c := h.pendingCheck(); !c.wait(ctx) {
+		// The hold came by a pass in memory whose check Redis has not
+		// answered: a release sent now could remove the field before the
+		// check reads it, which would read as a loss (pass.go). The
+		// release follows the answer in the background.
+		h.e.Detach(func(dctx context.Context) {
+			c.wait(dctx)
+			_ = h.releaseSend(dctx, all)
+		})
+		return &PendingRelease{Name: h.name, Cause: CtxErr(ctx)}
+	}
+	return h.releaseSend(ctx, all)
+}
+
+// releaseSend is releaseTurn once no check the release must follow is in
+// flight.
+func (h *Lease) releaseSend(ctx context.Context, all bool) error {
 	e := h.e
 	h.mu.Lock()
 	count, finished, lost := h.count, h.finished, h.err
