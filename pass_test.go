@@ -382,15 +382,7 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 	ctx := ctxT(t)
 	const name = "pass30:lost"
 	m := c.Mutex(name)
-	a, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := lockersAtGate(t, ctx, c, m, 2)
-	if err := m.Unlock(a); err != nil { // the pass in Redis, with spare tokens
-		t.Fatal(err)
-	}
-	b := <-held
+	b, held := passedInRedis(t, ctx, c, m, 2)
 	field := holderField(m)
 	if err := rdb.Del(ctx, name).Err(); err != nil {
 		t.Fatal(err)
@@ -448,18 +440,7 @@ func TestPassInMemoryHandsOverBeforeTheCheck(t *testing.T) {
 	ctx := ctxT(t)
 	const name = "pass30:early"
 	m := c.Mutex(name)
-	a, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := lockersAtGate(t, ctx, c, m, 2)
-	if err := m.Unlock(a); err != nil { // the pass in Redis, with spare tokens
-		t.Fatal(err)
-	}
-	bctx := <-held
-	if bctx == nil {
-		t.FailNow()
-	}
+	bctx, held := passedInRedis(t, ctx, c, m, 2)
 	field := holderField(m)
 	proxy.CutReplies()
 	unlocked := make(chan error, 1)
@@ -494,6 +475,27 @@ func TestPassInMemoryHandsOverBeforeTheCheck(t *testing.T) {
 	<-unlocked
 	proxy.Heal()
 	waitFor(t, "the release after the check's answer", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+}
+
+// passedInRedis locks m, starts n goroutines that lock its name through c
+// (lockersAtGate) and unlocks: a pass in Redis, with spare tokens, to the
+// first. It returns that holder's context and the channel on which the
+// other goroutines' holds come.
+func passedInRedis(t *testing.T, ctx context.Context, c *Client, m *Mutex, n int) (context.Context, <-chan context.Context) {
+	t.Helper()
+	a, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := lockersAtGate(t, ctx, c, m, n)
+	if err := m.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	b := <-held
+	if b == nil {
+		t.FailNow()
+	}
+	return b, held
 }
 
 // lockersAtGate starts n goroutines that lock m's name through c, and
