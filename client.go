@@ -60,7 +60,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: sharded pub/sub needs a *redis.ClusterClient", ErrInvalidArgument)
 	}
 	c := &Client{cfg: cfg}
-	cfg.Renew, cfg.Touch = kind.Renewer(cfg.Space, cfg.FenceTTL), kind.Touch
+	cfg.Renew, cfg.Touch, cfg.Read = kind.Renewer(cfg.Space, cfg.FenceTTL), kind.Touch, kind.PrimaryRead
 	cfg.Report = cfg.Report && reportAtFirstContact
 	cfg.RenewFailed = func(_ int, err error) {
 		if c.fallback != nil && tier.IsInfrastructure(err) {

@@ -121,9 +121,24 @@ func (p *Latch) Count(ctx context.Context) (int64, error) {
 }
 
 func (p *Latch) count(ctx context.Context) (int64, error) {
-	cmd := redis.NewStringCmd(context.Background(), "get", p.ks.Count)
-	cmd.SetFirstKeyPos(1)
-	cl := wire.NewCall(cmd, nil)
+	var cmd interface {
+		redis.Cmder
+		Int64() (int64, error)
+	}
+	var s *wire.Script
+	if p.e.Wire.ReadsReplicas() {
+		// A replica's lagging copy could say "no latch" (open) for one
+		// the primary has just set: the primary answers a script.
+		s = PrimaryRead
+		c := redis.NewCmd(context.Background(), s.Args(nil, []any{p.ks.Count}, "get")...)
+		c.SetFirstKeyPos(3)
+		cmd = c
+	} else {
+		c := redis.NewStringCmd(context.Background(), "get", p.ks.Count)
+		c.SetFirstKeyPos(1)
+		cmd = c
+	}
+	cl := wire.NewCall(cmd, s)
 	cl.Droppable = true
 	if left, err := p.e.Wire.Do(ctx, cl); left {
 		return 0, err

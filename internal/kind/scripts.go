@@ -38,6 +38,13 @@ var (
 	//go:embed touch.lua
 	luaTouch string
 
+	//go:embed read.lua
+	luaRead string
+
+	// PrimaryRead runs one HEXISTS or GET on the primary, for a Wire whose client
+	// sends bare reads to replicas (wire.Wire.ReadsReplicas).
+	PrimaryRead = wire.NewScript(luaRead)
+
 	// Touch proves that one hold (KEYS[1], field ARGV[1]) is on the node
 	// with a write that enters the replication stream after its grant (for
 	// replica acknowledgements): 1 when it is there, 0 when not.

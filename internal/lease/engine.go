@@ -64,6 +64,9 @@ type Config struct {
 	// Touch proves a hold (key, owner's field) is on the node it runs on,
 	// with a write for WAIT to count (kind.Touch).
 	Touch *wire.Script
+	// Read runs one HEXISTS or GET as a script, which the primary answers
+	// (kind.PrimaryRead): for a Wire that sends bare reads to replicas.
+	Read *wire.Script
 	// RenewFailed and RenewBatched, when set, are told of each watchdog
 	// call besides the observers (the fallback tier's breaker listens).
 	RenewFailed  func(n int, err error)

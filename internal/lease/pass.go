@@ -180,8 +180,12 @@ func (h *Lease) pendingCheck() *passCheck {
 }
 
 // checkCall is the check a pass in memory sends as it hands the hold on:
-// HEXISTS of the hold's field (passCheck).
+// HEXISTS of the hold's field (passCheck), in a script where the client
+// would send a bare read to a replica, whose copy may lag the primary's.
 func (h *Lease) checkCall() *wire.Call {
+	if h.e.Wire.ReadsReplicas() {
+		return h.e.Cfg.Read.IntCall(h.argBuf[:0], []any{h.p.Key()}, "hexists", h.field)
+	}
 	return wire.NewCall(redis.NewIntCmd(context.Background(), "hexists", h.p.Key(), h.field), nil)
 }
 

@@ -38,6 +38,9 @@ type Wire struct {
 	nodes   *nodes  // a Cluster's batcher per master (nodes.go); nil otherwise
 	lones   []*lone // nil: every call goes through a batcher
 	pipe    *pipe   // nil: calls of many callers go through batch workers
+	// replicaReads: the client sends read-only commands to replicas
+	// (ReadsReplicas).
+	replicaReads bool
 	// background counts detached work and abandoned handlers, for Close.
 	background tasks
 }
@@ -53,10 +56,18 @@ func New(rdb redis.UniversalClient, cleanup time.Duration, own bool) *Wire {
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		w.nodes = &nodes{cc: cc}
+		o := cc.Options()
+		w.replicaReads = o.ReadOnly || o.RouteByLatency || o.RouteRandomly
 	}
 	w.batch.start(w)
 	return w
 }
+
+// ReadsReplicas reports whether w's client may send a bare read (HEXISTS,
+// GET) to a replica: a Cluster client with ReadOnly, RouteByLatency or
+// RouteRandomly. A read a lock decision rests on must then go in a script,
+// which the primary answers. Safe for concurrent use.
+func (w *Wire) ReadsReplicas() bool { return w.replicaReads }
 
 // SetVariant makes w run every script's variant v (Script.For) in place of
 // the script. Call it before the first call.
