@@ -308,7 +308,9 @@
 // Holder.HeldFor and Holder.Renewals. ForceUnlock tells the evicted holders at once
 // through their Client's channel; a hold whose Client was not yet listening
 // (it starts to, in the background, at its first grant) asks Redis once it
-// is, and one whose message is lost otherwise learns at its next renewal, up
+// is, a grant still on its way to its holder when the message came (a
+// reply, a hand-off, a pass between goroutines) asks Redis as it begins,
+// and one whose message is lost otherwise learns at its next renewal, up
 // to a third of the watchdog timeout later.
 //
 // A lease lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past

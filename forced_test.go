@@ -75,6 +75,51 @@ func TestForceUnlockTellsTheHolderAtOnce(t *testing.T) {
 	}
 }
 
+// ForceUnlock's news can come while the grant it evicted is on its way to
+// its holder: the grant's reply, a pass between goroutines or a popped
+// hand-off not yet taken in, so that the Client tracks no hold of the key
+// and the message finds nobody to ask Redis. Here the grant is made in
+// Redis, forced, its message heard, and only then taken in: the hold asks
+// Redis as it begins and is told at once, not at its next renewal (10s
+// here). (Found by a review, for passes in Redis and popped hand-offs.)
+func TestForcedBeforeTheGrantIsTakenInIsHeard(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := rdbFor(t, r)
+	ctx := ctxT(t)
+	holder, operator := newClient(t, r), newClient(t, r)
+	if err := lockUnlock(ctx, holder, "push:untracked:warm", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, ctx, rdb, holder) // the message reaches the holder's Client
+	const name = "push:untracked"
+	m := holder.Mutex(name)
+	h, ok := m.testEnter(ctx)
+	if !ok {
+		t.Fatal("gate busy")
+	}
+	sent := time.Now()
+	res, err := h.attemptRaw(ctx, 30*time.Second, 0, "", false)
+	if err != nil || res.v[0] != 1 {
+		t.Fatal(res, err)
+	}
+	heard := holder.e.ForcedHeard()
+	if ok, err := operator.Mutex(name).ForceUnlock(ctx); err != nil || !ok {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	waitFor(t, "the force's message at the holder's Client", func() bool { return holder.e.ForcedHeard() > heard })
+	if !h.TestGrant(uint64(res.v[2]), sent) {
+		t.Fatal("client closed")
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the evicted holder was not told within 5s: it waits for its renewal")
+	}
+	if err := m.Err(); !errors.Is(err, ErrForced) {
+		t.Fatalf("told %v, want ErrForced", err)
+	}
+}
+
 // A holder with a fixed lease has no renewal to learn of a ForceUnlock
 // from: a "forced" message sent before its Client's channel was confirmed
 // (the force right after the grant, while the SUBSCRIBE is on its way) is

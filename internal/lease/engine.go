@@ -99,6 +99,10 @@ type Engine struct {
 	leases  map[*Lease]struct{} // every live lease, for Close
 	byKey   map[string]*Lease   // the same, by key (a list through Lease.sameKey), for ForceUnlock's news
 	closers map[Closer]struct{} // other things Close ends (Observe)
+	// forcedLog is ForceUnlock's recent news, for the grants not yet
+	// tracked when it came (forced.go); forcedN counts it, read without mu.
+	forcedLog forcedLog
+	forcedN   atomic.Uint64
 
 	reported sync.Once // the first-contact report (firstContact)
 }
@@ -285,6 +289,9 @@ func (e *Engine) track(l *Lease) bool {
 	key := l.p.Key()
 	l.sameKey = e.byKey[key]
 	e.byKey[key] = l
+	// News of a force that came since the lease's request was sent found
+	// nobody to ask Redis: the lease asks now (forced.go).
+	l.forcedUnheard = e.forcedLog.since(key, l.forcedSeen)
 	return true
 }
 

@@ -13,16 +13,67 @@ import (
 // whether it still holds. Only Redis's answer ends a hold: the message may
 // be forged, and then it costs each hold of the key one renewal.
 
+// A message can also come before the grant it is about is tracked: the
+// grant's reply is on its way, or a pass or hand-off is going from one
+// lease to the next. So the engine keeps the last forcedKept messages'
+// keys (forcedLog), and a lease notes how many had come when it was made
+// (Lease.forcedSeen, before any request of its own): once tracked, it asks
+// Redis if one about its key came since (or if more came than are kept).
+
+// forcedKept is how many "forced" messages the engine remembers. Messages
+// are rare (an operator's ForceUnlock) unless forged; past this many while
+// a grant is on its way, the grant asks Redis whatever the keys were.
+const forcedKept = 64
+
+// forcedLog is a ring of the last forcedKept "forced" messages' lock keys,
+// the n-th at keys[(n-1) % forcedKept]. Guarded by Engine.mu.
+type forcedLog struct {
+	n    uint64
+	keys [forcedKept]string
+}
+
+func (l *forcedLog) add(key string) {
+	l.keys[l.n%forcedKept] = key
+	l.n++
+}
+
+// since reports whether a message about key came after the first seen.
+func (l *forcedLog) since(key string, seen uint64) bool {
+	if l.n-seen > forcedKept {
+		return true
+	}
+	for i := seen; i < l.n; i++ {
+		if l.keys[i%forcedKept] == key {
+			return true
+		}
+	}
+	return false
+}
+
 // forced is the hub's callback for a "forced" message about lockKey. It runs
 // on the hub's reader goroutine and does not block.
 func (e *Engine) forced(lockKey string) {
 	e.mu.Lock()
+	e.forcedLog.add(lockKey)
+	e.forcedN.Store(e.forcedLog.n)
 	var hs []*Lease
 	for h := e.byKey[lockKey]; h != nil; h = h.sameKey {
 		hs = append(hs, h)
 	}
 	e.mu.Unlock()
 	for _, h := range hs {
+		h.recheck()
+	}
+}
+
+// recheckUnheard rechecks h, just tracked, when news of a force about its
+// key came while it was not (Engine.track).
+func (h *Lease) recheckUnheard() {
+	h.e.mu.Lock()
+	unheard := h.forcedUnheard
+	h.forcedUnheard = false
+	h.e.mu.Unlock()
+	if unheard {
 		h.recheck()
 	}
 }

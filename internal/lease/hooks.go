@@ -71,3 +71,6 @@ func (h *Lease) EndCallbacks() int {
 	defer h.mu.Unlock()
 	return len(h.onEnd)
 }
+
+// ForcedHeard is how many "forced" messages the engine has heard.
+func (e *Engine) ForcedHeard() uint64 { return e.forcedN.Load() }

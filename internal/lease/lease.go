@@ -102,7 +102,13 @@ type Lease struct {
 	// inherited is the check of the pass in memory that gave the lease its
 	// hold, until a release of the lease has seen it answered (pass.go).
 	inherited *passCheck
-	onEnd     []*endFn
+	// forcedSeen is how many "forced" messages the engine had heard when
+	// the lease was made; forcedUnheard, set when it is tracked, that one
+	// about its key came since, when nobody was there to hear it
+	// (forced.go). Guarded by Engine.mu.
+	forcedSeen    uint64
+	forcedUnheard bool
+	onEnd         []*endFn
 	// contexts counts the contexts of the hold handed out (Context): a
 	// holder with none can only unlock with a context that carries no
 	// hold, which dropLost must then keep owed (Handle.owe).
@@ -124,7 +130,7 @@ func isRedisError(err error) bool {
 // argument names the write field it stands on instead of its own would-be
 // one (the read script admits a reader beside a writer only on that field).
 func newLease(hd *Handle, outer *Lease, weight int) *Lease {
-	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1, weight: weight}
+	h := &Lease{e: hd.e, p: hd.p, name: hd.name, handle: hd, outer: outer, dueIndex: -1, weight: weight, forcedSeen: hd.e.forcedN.Load()}
 	h.owner = hd.e.newOwner()
 	h.field, h.extra = hd.p.Fields(h.owner, weight)
 	if outer != nil {
@@ -207,6 +213,7 @@ func (h *Lease) adopted(token uint64, validUntil time.Time) bool {
 func (h *Lease) begin(token uint64, validUntil, renewAt, since time.Time) bool {
 	e := h.e
 	h.token, h.start, h.count = token, time.Now(), 1
+	defer h.recheckUnheard() // after the unlock below: recheck takes h.mu
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.validUntil = validUntil
