@@ -1,6 +1,7 @@
 # dlock developer and CI entry points. Targets:
 #   make deps   - install missing system programs (redis-server, redis-tools,
-#                 mariadb-server, postgresql)
+#                 mariadb-server, postgresql, chromium); as root, with apt-get
+#   make deps-redis - redis-server and redis-tools only (what make bench needs)
 #   make test   - deps, go vet, staticcheck, race tests, then install-test
 #                 (what .ci/run runs)
 #   make staticcheck - staticcheck of every module (installs the pinned
@@ -34,12 +35,15 @@ MODULES ?= . ./dlockprom ./dlockotel ./sqllock ./dlockgocron ./cmd/dlock
 # staticcheck's release pinned for the checks (honnef.co/go/tools).
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all deps vet staticcheck cross test test-fips install-test bench bench-results fmt fmt-fix lint
+.PHONY: all deps deps-redis vet staticcheck cross test test-fips install-test bench bench-results fmt fmt-fix lint
 
 all: test
 
 deps:
 	@bash .ci/ensure-deps.sh
+
+deps-redis:
+	@bash .ci/ensure-deps.sh redis
 
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && $(GO) vet $(PKGS)); done
@@ -69,11 +73,11 @@ test-fips:
 install-test:
 	@bash .ci/install-test.sh
 
-bench: deps
+bench: deps-redis
 	cd bench && $(GO) run .
 
 # The generation command bench/README.md names, into the committed files.
-bench-results: deps
+bench-results: deps-redis
 	cd bench && $(GO) run . -scenarios uncontended,hotkey,ceiling,scale,cost -out .
 
 # Lists every .go file (bench/ included) outside .git and vendor/.

@@ -90,7 +90,13 @@ func (c *Client) ID() string { return c.cfg.ClientID }
 // the close timeout (WithCloseTimeout, default 5s) whatever Redis does. Locks
 // it could not release expire by their TTL. Close is idempotent and safe to
 // call concurrently with lock operations, which then fail with ErrClosed.
-func (c *Client) Close() error { return c.e.Close() }
+// Close of a nil Client (what New returns with its error) does nothing.
+func (c *Client) Close() error {
+	if c == nil || c.e == nil {
+		return nil
+	}
+	return c.e.Close()
+}
 
 // ParseClientID splits a client id made by New's default,
 // "<host>/<pid>/<random>", into its host and process id; ok is false for an

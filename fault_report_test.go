@@ -115,9 +115,8 @@ Regenerate with:
 
 ` + "```sh\nDLOCK_RELIABILITY_OUT=RELIABILITY.md go test -race -count=1 -run 'TestFault' .\n```" + `
 
-Scenarios that fail only because of a known defect (issue 13's list, or one
-this suite found) are skipped and say so below; ` + "`DLOCK_FAULT_DEFECTS=1`" + ` runs
-them anyway.
+Every scenario runs; none is skipped. A scenario that meets a defect fails
+the suite, and so CI.
 
 Every scenario runs against real redis-server processes started by the test on
 loopback ports, with short watchdog timeouts, and a resource that every holder

@@ -290,3 +290,29 @@ func TestMultiLockClosedMemberBeforeAnyCall(t *testing.T) {
 		t.Errorf("%d scripts ran before the closed member was found, want none", n)
 	}
 }
+
+// What Acquire and New return with their error is safe to use as a
+// deferred Release or Close would: a nil Permit holds nothing and a nil
+// Client has nothing to close; neither panics.
+func TestNilPermitAndClientHoldNothing(t *testing.T) {
+	ctx := context.Background()
+	var p *Permit
+	if err := p.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("nil Permit's Release: %v, want ErrNotHeld", err)
+	}
+	if err := p.Extend(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("nil Permit's Extend: %v, want ErrNotHeld", err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Error("nil Permit's Done is not closed")
+	}
+	if err := p.Err(); !errors.Is(err, ErrNotHeld) || p.ID() != "" || p.N() != 0 {
+		t.Errorf("nil Permit: Err %v, ID %q, N %d; want ErrNotHeld, \"\", 0", err, p.ID(), p.N())
+	}
+	var c *Client
+	if err := c.Close(); err != nil {
+		t.Errorf("nil Client's Close: %v", err)
+	}
+}

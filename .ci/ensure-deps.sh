@@ -13,7 +13,11 @@
 # When something is missing: as root, installs it with apt-get (running
 # apt-get update only if the install fails without it); otherwise prints
 # what to install and exits 1.
+#
+#   ensure-deps.sh          everything the tests need
+#   ensure-deps.sh redis    redis-server and redis-tools only (the benchmark)
 set -euo pipefail
+only=${1:-}
 
 have() {
 	command -v "$1" >/dev/null 2>&1 && return 0
@@ -35,9 +39,11 @@ have redis-server || missing+=(redis-server)
 if ! have redis-cli || ! have redis-benchmark; then
 	missing+=(redis-tools)
 fi
-have chromium || missing+=(chromium)
-have mariadbd || missing+=(mariadb-server)
-have_initdb || missing+=(postgresql)
+if [[ "$only" != redis ]]; then
+	have chromium || missing+=(chromium)
+	have mariadbd || missing+=(mariadb-server)
+	have_initdb || missing+=(postgresql)
+fi
 
 if ((${#missing[@]} == 0)); then
 	echo "deps: ok ($(redis-server --version | cut -d' ' -f1-3))"

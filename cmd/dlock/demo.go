@@ -47,11 +47,12 @@ func (a *app) demoCommand() *cobra.Command {
 		metricsAddr string
 	)
 	cmd := &cobra.Command{
-		Use:   "demo [--redis URL] [--servers N] [--workers N] [--stock N] [--requests N] [--no-lock | --fair] [--json] [--metrics-addr ADDR]",
+		Use:   "demo [--redis URL] [--servers N] [--workers N] [--stock N] [--requests N] [--think D] [--no-lock | --fair] [--json] [--metrics-addr ADDR]",
 		Short: "Run the first-come coupon race, with and without the lock",
-		Long: `demo is the seeds' first-come coupon issuance. --servers simulated app servers,
-each with its own Redis connection pool and its own dlock Client, race
---workers workers each to serve --requests requests for --stock coupons.
+		Long: `demo is a first-come coupon issuance, the race a lock exists for.
+--servers simulated app servers, each with its own Redis connection pool
+and its own dlock Client, race --workers workers each to serve --requests
+requests for --stock coupons.
 Issuing is a read-check-write: GET the stock, check it (a millisecond), SET
 it one lower and RPUSH the coupon. With the lock (coupon:issue:<event>, taken
 with WithLock) exactly --stock coupons are issued; with --no-lock the reads

@@ -28,7 +28,9 @@ func main() {
 }
 
 func run(ctx context.Context, rdb redis.UniversalClient) error {
-	// One Client per process: it owns the watchdog and one pub/sub connection.
+	// One Client per process: it owns the watchdog, one pub/sub connection
+	// and, over a plain *redis.Client, up to five connections of its own,
+	// which your client's hooks do not see (dlock.WithOwnConnection(false)).
 	locks, err := dlock.New(rdb)
 	if err != nil {
 		return err
