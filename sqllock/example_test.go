@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/sqllock"
 )
@@ -71,4 +73,42 @@ func ExampleLocker_Acquire() {
 	// token above the floor: true
 	// still held
 	// release: <nil>
+}
+
+// A Client whose Redis cannot be reached runs WithLock on the SQL tier
+// instead: here Redis's address refuses every connection, and the lock is
+// taken in MySQL. The fallback first waits out a quarantine after Redis was
+// last reached, so that every Redis holder has been told of its loss
+// (default: the watchdog timeout, 30s); this Client never held anything in
+// Redis, so the example shortens it.
+func Example_fallback() {
+	db, err := sql.Open("mysql", exampleMySQLDSN()) // github.com/go-sql-driver/mysql
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	locker, err := sqllock.MySQL(db)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	// Port 1 on loopback refuses connections: Redis is down.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb, dlock.WithFallback(locker, dlock.FallbackQuarantine(100*time.Millisecond)))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	err = locks.WithLock(context.Background(), "coupon:42", func(ctx context.Context) error {
+		g, _ := dlock.GrantFrom(ctx)
+		fmt.Println("held through", g.Backend)
+		return nil
+	}, dlock.WaitTime(5*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// held through mysql
+	// err: <nil>
 }
