@@ -115,6 +115,11 @@ denial).`,
 				for _, c := range report.Checks {
 					fmt.Fprintf(a.stdout, "%-4s  %-11s  %s\n", c.Status, c.Name, c.Detail)
 				}
+				if report.Status() != doctor.Fail {
+					// The verdict and the server, for a reader; stdout
+					// stays one line per check, for scripts.
+					fmt.Fprintf(a.stderr, "doctor: Redis at %s: %s\n", t.where(), verdict(report))
+				}
 			}
 			if failed := report.Failed(); len(failed) > 0 {
 				var names []string
@@ -132,4 +137,19 @@ denial).`,
 	f.DurationVar(&opts.ReplicaTimeout, "replica-timeout", doctor.DefaultReplicaTimeout, "the timeout of --replica-ack")
 	f.DurationVar(&timeout, "timeout", doctorTimeout, "bound on the whole check after the first PING")
 	return cmd
+}
+
+// verdict sums up a report that did not fail: every check ok, or how many
+// warned and which.
+func verdict(r doctor.Report) string {
+	var warned []string
+	for _, c := range r.Checks {
+		if c.Status == doctor.Warn {
+			warned = append(warned, c.Name)
+		}
+	}
+	if len(warned) == 0 {
+		return fmt.Sprintf("all %d checks ok", len(r.Checks))
+	}
+	return fmt.Sprintf("usable; %d of %d checks warn: %s", len(warned), len(r.Checks), strings.Join(warned, ", "))
 }
