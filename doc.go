@@ -283,19 +283,6 @@
 // confidential, at the cost of Locks and dlock inspect --all, which SCAN.
 // dlock doctor warns when the user may list channels.
 //
-// The dashboard (dlock dashboard) has no authentication of its own. It
-// answers only requests whose Host is an allowed host: loopback names on a
-// loopback listener, plus each --allow-host; a listener beyond loopback
-// does not start without --allow-host. A force unlock needs the page's
-// CSRF token and, from a browser, an Origin on the same list. That keeps
-// web pages (DNS-rebound names included) from reading it or unlocking
-// through a visitor's browser. It does not stop anyone who can reach the
-// port: they can send an allowed Host, read every lock name and holder
-// (host, pid) and, with --allow-unlock, force-unlock any lock. Off
-// loopback, put an authenticating reverse proxy in front, or keep it on
-// loopback behind an SSH tunnel. Passwords and secret query parameters in
-// URLs are shown as "xxxxx" wherever the CLI prints a URL.
-//
 // # What is not guaranteed
 //
 // The watchdog renews a hold for as long as its process runs, stuck or not:
