@@ -428,15 +428,7 @@ func TestPassInMemoryChecksTheHold(t *testing.T) {
 func TestPassInMemoryHandsOverBeforeTheCheck(t *testing.T) {
 	r := testenvRedis(t)
 	rdb := r.NewClient(t)
-	proxy := startBlackhole(t, r.Addr())
-	prdb := redis.NewClient(&redis.Options{
-		Addr:                     proxy.Addr(),
-		ReadTimeout:              2 * time.Second,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-	t.Cleanup(func() { _ = prdb.Close() })
-	c := newClientOn(t, prdb)
-	t.Cleanup(proxy.Heal) // before Close
+	c, proxy := clientBehindBlackhole(t, r)
 	ctx := ctxT(t)
 	const name = "pass30:early"
 	m := c.Mutex(name)
@@ -475,6 +467,99 @@ func TestPassInMemoryHandsOverBeforeTheCheck(t *testing.T) {
 	<-unlocked
 	proxy.Heal()
 	waitFor(t, "the release after the check's answer", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+}
+
+// heirKey marks the contexts the heirs below lock with.
+type heirKey struct{}
+
+// An Unlock whose ctx carries no hold releases the handle's current hold
+// (Mutex.Unlock), and a hold passed in memory is its heir's alone from the
+// hand-over on, though the releaser waits for the pass's check (its reply
+// cut here): the heir's Unlock with another ctx than its Lock's releases
+// it, and once replies flow the lock is free. (Found by a review: the
+// releaser's lease still counted as the handle's, the Unlock found two and
+// answered ErrAmbiguous, and the hold stayed, renewed, keeping every other
+// goroutine of the Client out.)
+func TestPassInMemoryHeirUnlocksWithoutItsHoldsContext(t *testing.T) {
+	r := testenvRedis(t)
+	rdb := r.NewClient(t)
+	c, proxy := clientBehindBlackhole(t, r)
+	ctx := ctxT(t)
+	const name = "pass30:heir-current"
+	m := c.Mutex(name)
+	bctx, _ := passedInRedis(t, ctx, c, m, 1)
+	locked := make(chan error, 1)
+	go func() { locked <- c.Mutex(name).Lock(context.WithValue(ctx, heirKey{}, "c")) }()
+	waitFor(t, "the heir at the gate", func() bool { return gateWaiters(m) == 1 })
+	proxy.CutReplies()
+	go func() {
+		uctx, cancel := context.WithTimeout(bctx, 500*time.Millisecond)
+		defer cancel()
+		_ = m.Unlock(uctx)
+	}()
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := m.Unlock(uctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the heir's Unlock with a ctx carrying no hold: %v, want nil or its ctx's deadline (the release goes on)", err)
+	}
+	proxy.Heal()
+	waitFor(t, "the lock free after its only holder's Unlock", func() bool { return rdb.Exists(ctx, name).Val() == 0 })
+}
+
+// The same on a plain connection, as code writes it (Lock with a request's
+// ctx, Unlock with another): goroutines of one Client pass the hold in
+// memory, an heir often unlocking while its releaser's check is in flight,
+// and every Unlock releases.
+func TestPassInMemoryUnlocksWithoutHoldContexts(t *testing.T) {
+	r := testenvRedis(t)
+	c := newClient(t, r)
+	ctx := ctxT(t)
+	const workers, rounds = 4, 50
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex("pass30:unlock-current")
+			own := context.WithValue(ctx, heirKey{}, w)
+			for range rounds {
+				if err := m.Lock(own); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := m.Unlock(context.Background()); err != nil {
+					if failed.Add(1) <= 3 {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d Unlocks failed", n, workers*rounds)
+	}
+}
+
+// clientBehindBlackhole returns a Client of r whose every connection goes
+// through a blackhole proxy (its replies can be cut), with a read timeout
+// of 2s, so that a call whose reply was cut fails in time.
+func clientBehindBlackhole(t *testing.T, r *testenv.Redis) (*Client, *blackhole) {
+	t.Helper()
+	proxy := startBlackhole(t, r.Addr())
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                     proxy.Addr(),
+		ReadTimeout:              2 * time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClientOn(t, rdb)
+	t.Cleanup(proxy.Heal) // before Close
+	return c, proxy
 }
 
 // passedInRedis locks m, starts n goroutines that lock its name through c

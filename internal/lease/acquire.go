@@ -359,7 +359,10 @@ func (a *acquisition) confirmFirst(ctx context.Context) (time.Time, error) {
 	h := a.h
 	sent, err := h.confirm(ctx, a.ttl)
 	if err != nil {
-		h.e.Detach(func(dctx context.Context) { h.p.Undo(dctx, h, Queueing{}, true) })
+		h.e.Detach(func(dctx context.Context) {
+			h.pendingCheck().wait(dctx) // a passed hold's check reads the field first (pass.go)
+			h.p.Undo(dctx, h, Queueing{}, true)
+		})
 		if h.e.closed.Load() {
 			err = ErrClosed
 		}

@@ -60,6 +60,10 @@ func (h *Lease) releaseCall(count int, all bool) *wire.Call {
 		h.mu.Lock()
 		h.passing, h.handed = nil, true
 		h.mu.Unlock()
+		// The hold is the next holder's from here on: an Unlock, Extend or
+		// HoldCount whose ctx names no hold means its lease alone, not the
+		// releaser's, which only waits for the check's answer.
+		h.handle.remove(h)
 		h.handle.gate.handOver(w, b)
 		// The next holder, made runnable on this P, runs now rather than
 		// after this goroutine's write of the check and its wait for the
