@@ -278,12 +278,14 @@ func (e *Engine) Close() error {
 }
 
 // track registers a live lease for Close and for ForceUnlock's news; it
-// refuses (false) once Close has begun, so that no lease escapes Close.
-func (e *Engine) track(l *Lease) bool {
+// refuses (ok false) once Close has begun, so that no lease escapes Close.
+// unheard reports that news of a force about the lease's key came since
+// the lease was made, while nobody was there to ask Redis (forced.go).
+func (e *Engine) track(l *Lease) (ok, unheard bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
-		return false
+		return false, false
 	}
 	e.leases[l] = struct{}{}
 	key := l.p.Key()
@@ -291,8 +293,7 @@ func (e *Engine) track(l *Lease) bool {
 	e.byKey[key] = l
 	// News of a force that came since the lease's request was sent found
 	// nobody to ask Redis: the lease asks now (forced.go).
-	l.forcedUnheard = e.forcedLog.since(key, l.forcedSeen)
-	return true
+	return true, e.forcedN.Load() != l.forcedSeen && e.forcedLog.since(key, l.forcedSeen)
 }
 
 func (e *Engine) untrack(l *Lease) {

@@ -17,8 +17,9 @@ import (
 // grant's reply is on its way, or a pass or hand-off is going from one
 // lease to the next. So the engine keeps the last forcedKept messages'
 // keys (forcedLog), and a lease notes how many had come when it was made
-// (Lease.forcedSeen, before any request of its own): once tracked, it asks
-// Redis if one about its key came since (or if more came than are kept).
+// (Lease.forcedSeen, before any request of its own): once tracked
+// (Engine.track, Lease.begin), it asks Redis if one about its key came
+// since (or if more came than are kept).
 
 // forcedKept is how many "forced" messages the engine remembers. Messages
 // are rare (an operator's ForceUnlock) unless forged; past this many while
@@ -62,18 +63,6 @@ func (e *Engine) forced(lockKey string) {
 	}
 	e.mu.Unlock()
 	for _, h := range hs {
-		h.recheck()
-	}
-}
-
-// recheckUnheard rechecks h, just tracked, when news of a force about its
-// key came while it was not (Engine.track).
-func (h *Lease) recheckUnheard() {
-	h.e.mu.Lock()
-	unheard := h.forcedUnheard
-	h.forcedUnheard = false
-	h.e.mu.Unlock()
-	if unheard {
 		h.recheck()
 	}
 }

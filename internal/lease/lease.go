@@ -101,14 +101,11 @@ type Lease struct {
 	handed bool
 	// inherited is the check of the pass in memory that gave the lease its
 	// hold, until a release of the lease has seen it answered (pass.go).
-	inherited *passCheck
+	inherited atomic.Pointer[passCheck]
 	// forcedSeen is how many "forced" messages the engine had heard when
-	// the lease was made; forcedUnheard, set when it is tracked, that one
-	// about its key came since, when nobody was there to hear it
-	// (forced.go). Guarded by Engine.mu.
-	forcedSeen    uint64
-	forcedUnheard bool
-	onEnd         []*endFn
+	// the lease was made (forced.go).
+	forcedSeen uint64
+	onEnd      []*endFn
 	// contexts counts the contexts of the hold handed out (Context): a
 	// holder with none can only unlock with a context that carries no
 	// hold, which dropLost must then keep owed (Handle.owe).
@@ -213,7 +210,12 @@ func (h *Lease) adopted(token uint64, validUntil time.Time) bool {
 func (h *Lease) begin(token uint64, validUntil, renewAt, since time.Time) bool {
 	e := h.e
 	h.token, h.start, h.count = token, time.Now(), 1
-	defer h.recheckUnheard() // after the unlock below: recheck takes h.mu
+	unheard := false
+	defer func() {
+		if unheard {
+			h.recheck() // after the unlock below: recheck takes h.mu
+		}
+	}()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.validUntil = validUntil
@@ -221,7 +223,8 @@ func (h *Lease) begin(token uint64, validUntil, renewAt, since time.Time) bool {
 		h.renewal = h.p.Renewal(h)
 		h.renewal.TTL, h.renewal.Holder, h.renewal.Since = e.Cfg.Watchdog, h, h.start.UnixMilli()
 	}
-	if !e.track(h) {
+	var ok bool
+	if ok, unheard = e.track(h); !ok {
 		return false
 	}
 	if e.Cfg.SpinMin == 0 {

@@ -172,13 +172,11 @@ func (c *passCheck) wait(ctx context.Context) bool {
 // pendingCheck is h's inherited check while its answer is not in: nil
 // once it is.
 func (h *Lease) pendingCheck() *passCheck {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c := h.inherited; c != nil {
+	if c := h.inherited.Load(); c != nil {
 		if done, _ := c.answered(); !done {
 			return c
 		}
-		h.inherited = nil
+		h.inherited.Store(nil)
 	}
 	return nil
 }
@@ -267,9 +265,7 @@ func (a *acquisition) adopt(ctx context.Context, b baton) (bool, error) {
 // adoptHold is adopt's hold of the passed hold.
 func (a *acquisition) adoptHold(ctx context.Context, b baton) (bool, error) {
 	h := a.h
-	h.mu.Lock()
-	h.inherited = b.check
-	h.mu.Unlock()
+	h.inherited.Store(b.check)
 	h.field, h.spare = b.field, b.spare
 	if time.Until(b.validUntil) < a.ttl/3 {
 		// The check took long (a slow link): too little of the hold's
