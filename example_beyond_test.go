@@ -242,3 +242,95 @@ func ExampleClient_Inspect() {
 	// locked: true holders: 1 this process: true token: true
 	// locked: false
 }
+
+func ExampleClient_Locks() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	m := locks.Mutex("example:listed:report")
+	if err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	exports := locks.Semaphore("example:listed:exports", 3)
+	p, err := exports.Acquire(ctx, time.Second, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Everything in use whose name matches, by SCAN: an operator's view.
+	in, err := locks.Locks(ctx, "example:listed:*")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, li := range in {
+		fmt.Println(li.Type, li.Name, "holders:", len(li.Holders))
+	}
+	_ = p.Release(ctx)
+	_ = m.Unlock(ctx)
+	// Output:
+	// lock example:listed:report holders: 1
+	// semaphore example:listed:exports holders: 1
+}
+
+func ExampleWithNamespace() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	// Every key and channel of this Client begins with "billing:", so that
+	// an ACL (~billing:* &billing:*) can give the service its own prefix.
+	locks, err := dlock.New(rdb, dlock.WithNamespace("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	m := locks.Mutex("example:invoice:7") // the name, without the namespace
+	if err := m.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the lock's hash:", rdb.Exists(ctx, "billing:example:invoice:7").Val() == 1)
+	_ = m.Unlock(ctx)
+	// Output: the lock's hash: true
+}
+
+func ExampleTokenFrom() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	// A storage that accepts a write only with a token at least as high as
+	// any it has seen, so a holder that lost the lock cannot write late.
+	var highest uint64
+	write := func(token uint64) error {
+		if token < highest {
+			return fmt.Errorf("stale token %d < %d", token, highest)
+		}
+		highest = token
+		return nil
+	}
+	var first uint64
+	for range 2 {
+		err = locks.WithLock(context.Background(), "example:ledger", func(ctx context.Context) error {
+			tok := dlock.TokenFrom(ctx) // the hold's fencing token
+			if first == 0 {
+				first = tok
+			}
+			return write(tok)
+		})
+		fmt.Println("write:", err)
+	}
+	fmt.Println("a late writer with the first token:", write(first) != nil)
+	// Output:
+	// write: <nil>
+	// write: <nil>
+	// a late writer with the first token: true
+}

@@ -77,14 +77,20 @@ func (h *Lease) releaseCall(count int, all bool) *wire.Call {
 }
 
 // spareBaton is the baton of a pass in memory to w, when h can make one:
-// a watchdog lease to a watchdog waiter, not lost, certain for a third of
-// its TTL at least (else a pass in Redis confirms it), with a spare token.
+// a watchdog lease to a watchdog waiter, not lost, with a spare token, and
+// whose renewal is not due yet: certain for two thirds of its TTL less the
+// drift margin, as a hold is just after a renewal. The next holder, which
+// takes the hold at once, then has the renewal period a hold of its own
+// would have to confirm it; past that, a pass in Redis gives it a new TTL.
+// (With the third that sufficed while the next holder waited for the
+// check, a renewal overdue at the hand-over raced the deadline over a slow
+// link: TestFaultLatencyUnderRenewalPeriod, 270 ms round trips.)
 func (h *Lease) spareBaton(w *gateWaiter) (baton, bool) {
 	ttl := h.e.Cfg.Watchdog
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	next, top := h.spare[0], h.spare[1]
-	if h.lease > 0 || w.lease > 0 || w.ttl != ttl || h.err != nil || next == 0 || next > top || time.Until(h.validUntil) < ttl/3 {
+	if h.lease > 0 || w.lease > 0 || w.ttl != ttl || h.err != nil || next == 0 || next > top || time.Until(h.validUntil) < 2*ttl/3-DriftMargin(ttl) {
 		return baton{}, false
 	}
 	return baton{token: next, field: h.field, validUntil: h.validUntil, spare: [2]uint64{next + 1, top}}, true
