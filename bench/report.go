@@ -585,6 +585,6 @@ func writeTargets(w io.Writer, rep *Report) {
 		return
 	}
 	fmt.Fprintf(w, "## Targets (issue 9), from this run's medians\n\n")
-	fmt.Fprintf(w, "Peers are every row not named dlock*; README.md (*Why a target is missed*) says what stands behind a miss. Allocations per pair are the root package's `go test -run XXX -bench UncontendedNewHandle -benchmem` (the allocs/pair column below counts the whole bench process, adapter included).\n\n")
+	fmt.Fprintf(w, "Peers are every row not named dlock*; README.md (*Where dlock stands*) says why a figure depends on the host. Allocations per pair are the root package's `go test -run XXX -bench UncontendedNewHandle -benchmem` (the allocs/pair column below counts the whole bench process, adapter included).\n\n")
 	fmt.Fprintf(w, "| target | dlock vs the best peer | |\n|---|---|---|\n%s\n\n", strings.Join(lines, "\n"))
 }

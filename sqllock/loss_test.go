@@ -312,9 +312,14 @@ func TestClose(t *testing.T) {
 		names := []string{"close:1", "close:2", "close:3"}
 		causes := make(chan error, len(names))
 		results := make(chan error, len(names)+1)
+		// A lock held on the server is not yet a hold whose fn runs: Close
+		// between the two answers the call ErrClosed without running fn.
+		// So Close waits until every fn runs (started).
+		started := make(chan struct{}, len(names))
 		for _, n := range names {
 			go func() {
 				results <- l.WithLock(ctx, n, func(fctx context.Context) error {
+					started <- struct{}{}
 					<-fctx.Done()
 					causes <- context.Cause(fctx)
 					return nil
@@ -324,6 +329,13 @@ func TestClose(t *testing.T) {
 		go func() {
 			results <- l.WithLock(ctx, "close:blocked", func(context.Context) error { return nil }, dlock.WaitTime(time.Minute))
 		}()
+		for range names {
+			select {
+			case <-started:
+			case <-ctx.Done():
+				t.Fatal("the holds' functions never ran")
+			}
+		}
 		eventually(t, 10*time.Second, "3 holds and a waiter", func() bool { return db.Stats().InUse == 4 })
 		for _, n := range names {
 			eventually(t, 5*time.Second, "held", func() bool { return b.holder(t, admin, n) != 0 })
