@@ -121,23 +121,17 @@ func (p *Latch) Count(ctx context.Context) (int64, error) {
 }
 
 func (p *Latch) count(ctx context.Context) (int64, error) {
-	var cmd interface {
-		redis.Cmder
-		Int64() (int64, error)
-	}
-	var s *wire.Script
+	// One Cmd reads GET's reply and the script's alike (Int64 parses the
+	// bulk string; a missing latch is redis.Nil).
+	args, keyPos, s := []any{"get", p.ks.Count}, int8(1), (*wire.Script)(nil)
 	if p.e.Wire.ReadsReplicas() {
 		// A replica's lagging copy could say "no latch" (open) for one
 		// the primary has just set: the primary answers a script.
 		s = PrimaryRead
-		c := redis.NewCmd(context.Background(), s.Args(nil, []any{p.ks.Count}, "get")...)
-		c.SetFirstKeyPos(3)
-		cmd = c
-	} else {
-		c := redis.NewStringCmd(context.Background(), "get", p.ks.Count)
-		c.SetFirstKeyPos(1)
-		cmd = c
+		args, keyPos = s.Args(nil, []any{p.ks.Count}, "get"), 3
 	}
+	cmd := redis.NewCmd(context.Background(), args...)
+	cmd.SetFirstKeyPos(keyPos)
 	cl := wire.NewCall(cmd, s)
 	cl.Droppable = true
 	if left, err := p.e.Wire.Do(ctx, cl); left {

@@ -293,7 +293,7 @@ func (e *Engine) track(l *Lease) (ok, unheard bool) {
 	e.byKey[key] = l
 	// News of a force that came since the lease's request was sent found
 	// nobody to ask Redis: the lease asks now (forced.go).
-	return true, e.forcedN.Load() != l.forcedSeen && e.forcedLog.since(key, l.forcedSeen)
+	return true, e.forcedLog.since(key, l.forcedSeen)
 }
 
 func (e *Engine) untrack(l *Lease) {
