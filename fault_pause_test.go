@@ -158,12 +158,15 @@ func (p *pausedRound) serve(s *scenario, cont func() time.Time) {
 				}
 				p.v = s.res.enterName(p.name, "child "+p.name, tok, false)
 			case len(f) == 3 && f[0] == "write" && p.v != nil:
-				ns, err := strconv.ParseInt(f[1], 10, 64)
-				if err != nil {
+				if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
 					return err
 				}
 				ok := writeVisit(s.res, p.v)
-				if c := cont(); !c.IsZero() && !time.Unix(0, ns).Before(c) && !p.lateSeen {
+				// The late write is the first to reach the resource after
+				// SIGCONT. Its timestamp may predate SIGSTOP: a child stopped
+				// between reading the clock and sending the line sends it on
+				// waking, with what it knew before the pause.
+				if c := cont(); !c.IsZero() && !time.Now().Before(c) && !p.lateSeen {
 					p.lateSeen, p.lateTold, p.lateOK = true, f[2] == "true", ok
 				} else if ok {
 					select {
