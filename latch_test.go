@@ -70,6 +70,10 @@ func TestLatchTrySetCount(t *testing.T) {
 	rdb := rdbFor(t, shared)
 	c := newClient(t, shared)
 	ks := keys.Latch("latch:set")
+	// The server is shared: start from no latch, as under -count=2.
+	if err := rdb.Del(ctx, ks.Count, ks.Downs, ks.Marker).Err(); err != nil {
+		t.Fatal(err)
+	}
 	watchTTLs(t, rdb, ks.Count, ks.Downs, ks.Marker)
 	l := c.CountDownLatch("latch:set")
 	if n, err := l.Count(ctx); err != nil || n != 0 {
