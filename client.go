@@ -14,6 +14,24 @@ import (
 // Client hands out lock handles that share one Redis client, one pub/sub
 // connection and one watchdog. A Client is safe for concurrent use; create one
 // per process (per Redis deployment) and Close it on shutdown.
+//
+// A message on that connection only wakes: the woken waiter's next attempt
+// asks Redis (see "Whom it trusts" in the package doc), and what a forged
+// message can cost is bounded. A waiter makes at most one attempt per
+// message; repeated wake-ups coalesce until it has tried. A message that
+// could let many goroutines of the process through at once (a latch's
+// waiters, an RWMutex's readers) wakes one of them, and the others follow
+// only if its attempt got through, so a forged message costs the process
+// one Redis call per kind of waiter, however many wait. A forged "forced"
+// message makes each hold of its lock in the process ask Redis whether it
+// still holds, no more than once per 100ms per hold however many messages
+// come.
+//
+// A pub/sub connection that goes silent (its peer gone without a reset: a
+// partition, a frozen host) is sent a PING after 5s of silence and replaced
+// when the PING is not answered within 5s more; every waiter then
+// re-checks. An idle Client's pub/sub connection costs Redis that one PING
+// every 5s.
 type Client struct {
 	e        *lease.Engine
 	cfg      config

@@ -67,12 +67,18 @@ type termKey struct {
 	name string
 }
 
-// Election returns a new handle on the election name. It is not a lookup,
-// unlike Client.Mutex: Resign and Proclaim with the leadership context act
-// on its term through any handle of the name, but without one they act on
-// the term won through the handle they are called on (see "Handles are name
-// lookups" in the package doc). An invalid name is reported by the handle's first method call. Safe
-// for concurrent use.
+// Election returns a new handle on the election name: unlike Client.Mutex,
+// it is not a lookup, and each call returns a new handle. That matters for
+// Resign and Proclaim: without a leadership context they act on the term
+// won through the very handle they are called on; with the leadership
+// context Campaign returned, they act on that term through any handle of
+// the name on the same Client. Two Election handles of one name on one
+// Client share the election's lock handle, so their Campaigns wait for each
+// other in the process. (Client.Semaphore, Client.CountDownLatch and
+// Client.MultiLock return new handles too, which makes no difference there:
+// a Semaphore's holds are its Permits, a latch has no holder, and a
+// MultiLock's members are looked up.) An invalid name is reported by the
+// handle's first method call. Safe for concurrent use.
 func (c *Client) Election(name string) *Election {
 	e := &Election{c: c, name: name}
 	if err := keys.Validate(name); err != nil {
@@ -110,9 +116,10 @@ func (e *Election) check(ctx context.Context) error {
 // It returns a context for the leadership: it carries ctx's values but not
 // its deadline (ctx bounds the campaign only), and it is cancelled when the
 // leadership ends: with a cause wrapping ErrLockLost when it is lost (the
-// watchdog could not confirm it in time, Redis lost it, Close), no later
-// than the election's lock could have expired, and with ErrResigned on
-// Resign. Do the leader's work under that context.
+// watchdog could not confirm it in time, Redis lost it, Close), before the
+// election's lock's TTL runs out after its last confirmed renewal, and so
+// before another candidate can take over; and with ErrResigned on Resign.
+// Do the leader's work under that context.
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err

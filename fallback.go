@@ -111,7 +111,7 @@ func FallbackRecovery(d time.Duration) FallbackOption {
 // the quarantine: the Fallback must implement RedisWitness. Without it, a
 // Client cut off from a Redis that others still reach may grant a lock in
 // the fallback tier that a Redis holder also has (the fencing token exposes
-// it; see the package doc).
+// it; see WithFallback).
 func FallbackStrict() FallbackOption {
 	return func(c *fallbackConfig) error {
 		c.strict = true
@@ -131,12 +131,55 @@ type RedisWitness interface {
 }
 
 // WithFallback makes the Client's WithLock fall back to f when Redis fails,
-// behind a circuit breaker: only infrastructure failures fall back
-// (connection refused or reset, timeouts, READONLY, LOADING, MASTERDOWN,
-// CLUSTERDOWN, an open breaker); contention (the wait ran out), a cancelled
-// ctx and whatever fn returns never do, and never count against the breaker.
-// fn runs at most once per call: a fallback happens only before fn starts.
-// See the package doc for what the tiers guarantee together.
+// behind a circuit breaker: WithLock runs on Redis while Redis works and on
+// f, a SQL named lock (sqllock.MySQL, sqllock.Postgres) or anything else
+// that implements Fallback, when it does not. Only infrastructure failures
+// fall back (connection refused or reset, timeouts, READONLY, LOADING,
+// MASTERDOWN, CLUSTERDOWN, an open breaker); contention (the wait ran out),
+// a cancelled ctx and whatever fn returns never do, and never count against
+// the breaker. fn runs at most once per call: a fallback happens only
+// before fn starts.
+//
+// A SQL lock does not exclude a Redis holder, so the tiers follow three
+// rules:
+//
+//   - Quarantine: a fallback grant waits until the quarantine (the watchdog
+//     timeout plus its drift margin, FallbackQuarantine) has passed since
+//     this Client last reached Redis, by which time every Redis holder whose
+//     Redis is gone has been told of its loss. Redis dying mid-hold
+//     therefore never leaves two holders. A call whose wait sees Redis
+//     answer again (a holder renewed, and holds on) is refused: WithLock
+//     fails with an error wrapping ErrUnavailable.
+//   - Recovery: for the recovery window after Redis answers again
+//     (FallbackRecovery, at least 10s), and for as long as a fallback call
+//     of the name in the same Client waits or holds, Redis grants also take
+//     the SQL lock and lift the name's Redis fencing counter above the SQL
+//     token, so they wait for fallback holders still inside fn, and later
+//     Redis tokens stay above the fallback's. A fallback grant, and a lift
+//     that fails (Redis failing again, the caller's ctx ending), leave a
+//     lift owed for the name: the Client's Redis grants of that name keep
+//     taking the SQL lock, and lifting, until a lift succeeds, whatever the
+//     window, since a Redis grant alone would hand out a token below the
+//     SQL token fn already ran with (the name's Redis counter counts on
+//     from before the outage). Only the Client that owes a lift knows of
+//     it: another Client's first grant of such a name after the window can
+//     still get a Redis token below that SQL token.
+//   - One token order: fallback tokens are above the highest Redis token
+//     the Client saw and at least the database clock in microseconds; Redis
+//     tokens start from the Redis clock. With clocks in step, tokens of both
+//     tiers increase together.
+//
+// What is not guaranteed: a Client cut off from a Redis that others still
+// reach falls back (after its quarantine) and can hold the SQL lock while a
+// Redis holder is inside fn. The fencing token exposes it: the later
+// grant's token is higher, so the resource rejects the earlier holder's
+// writes. FallbackStrict refuses the fallback in that case instead: Clients
+// record when they last reached Redis in a table of the fallback database
+// (RedisWitness), and a Client falls back only when no other did within
+// the quarantine plus a watchdog timeout. A Client that made no Redis call
+// during an outage, or that is still falling back after another Client's
+// recovery window ended, can likewise overlap a fallback holder; the token
+// exposes it.
 func WithFallback(f Fallback, opts ...FallbackOption) Option {
 	return func(c *config) error {
 		if f == nil {

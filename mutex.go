@@ -23,16 +23,65 @@ import (
 // which does follow the call chain, carries ownership (see the package doc).
 //
 // Client.Mutex returns the same handle for the same name (a handle is a
-// name lookup: see the package doc), so the handle's hold is the Client's
-// hold of the name, whichever goroutine or lookup took it. Unlock with a
-// context that carries no hold of the name releases that hold, as
-// sync.Mutex lets any goroutine unlock. Token, Done and Err describe the
-// handle's current hold (or its last one).
+// name lookup: see Client.Mutex), so the handle's hold is the Client's hold
+// of the name, whichever goroutine or lookup took it. Unlock with a context
+// that carries no hold of the name releases that hold, as sync.Mutex lets
+// any goroutine unlock. Token, Done and Err describe the handle's current
+// hold (or its last one).
 //
 // A Mutex is safe for concurrent use.
 //
+// Waiting: goroutines that lock one name through one Client share its
+// handle and wait for each other at it, in arrival order, and one at a
+// time in Redis. A process that finds the lock taken queues itself in
+// dlock:queue:{name} in the same script call, and the release hands the lock
+// straight to the first queued waiter and to nobody else. A waiter with a
+// watchdog lease (up to a quarter of the go-redis client's pool, and 8, per
+// Client) keeps a blocking pop (BLPOP, on a connection of that pool) of a
+// key of its own, dlock:queue:{name}\x1fg:<owner>, in flight, and the
+// release that hands it the lock fills that key in the same script. Only a
+// client that may write dlock's keys can write that key, so the pop's reply
+// is the grant and no claim round trip follows. A waiter without a pop in
+// flight (beyond that share of the pool, or where BLPOP is refused) is woken
+// by a message on its Client's channel instead, and its next attempt finds
+// the lock its own. A lost message costs a waiter at most one re-check
+// interval (3s) or the holder's TTL, whichever is shorter. A waiter that
+// crashed while queued can delay the others by at most the hand-off claim
+// window (2s, WithHandoffClaim) plus that interval. A waiter whose caller
+// gave up leaves the queue in the background, moments later; a hand-off
+// that reaches it meanwhile is passed on.
+//
+// Passing between goroutines: when a Mutex or FairMutex hold ends by Unlock
+// while another goroutine waits at its handle, the release passes the hold
+// to that goroutine in the same script (its own field, its TTL, a new
+// token), and the waiter sends nothing: one script per hand-over instead of
+// a release and an acquisition. A Mutex's pass also takes the fencing tokens
+// of the passes that may follow, so those run no script: the one Redis hold
+// (its field, its TTL and how long it is certain, its renewal) goes on from
+// goroutine to goroutine at once, each with a larger token than the last
+// and than any earlier holder's elsewhere, and a holder elsewhere after them
+// gets a larger one still. One HEXISTS, sent as the hold passes, tells the
+// releaser whether Redis still had its hold: its Unlock waits for that
+// answer, the next holder does not. A hold with a fixed lease is passed in
+// Redis only. A Mutex passes at most 16 times in a row and then releases
+// through Redis' queue, so that other processes get their turn; a FairMutex
+// passes only while no other process queues, so its order across processes
+// holds.
+//
+// A hold passed in memory is the releasing goroutine's grant going on,
+// certain no longer than it was for the goroutine before; that grant was
+// the reply to the releasing goroutine's request, which the process itself
+// sent. The hold goes to the next goroutine before Redis has answered
+// whether it still had it: when the answer (a round trip later) says it was
+// gone (data lost, forced), the releasing goroutine's Unlock reports the
+// loss and the next holder is told as of any loss, so for that round trip
+// it may have worked on a hold Redis no longer had, as any holder may
+// between a loss and its next renewal.
+//
 // Redis layout (Redisson's): the key is the name, a hash whose field
-// "<client id>:<n>" (n new for every hold) holds the hold count, with a TTL;
+// "<client id>:<n>" (n new for every hold and never reused, so that a
+// script go-redis resends after a lost reply can tell its own earlier effect
+// from anyone else's) holds the hold count, with a TTL;
 // a release publishes "0" on "redisson_lock__channel:{name}" when nobody is
 // queued. dlock adds dlock:fence:{name} (the fencing counter, restarted from
 // the server clock every 24h), dlock:queue:{name} (processes waiting for a
@@ -45,10 +94,20 @@ type Mutex struct {
 }
 
 // Mutex returns the Client's handle on the reentrant lock name: the same
-// *Mutex for the same name, so Mutex(name).Lock here and Mutex(name).Unlock
-// there take and release one lock (see "Handles are name lookups" in the
-// package doc). An invalid name is reported by the handle's first method
-// call. Safe for concurrent use.
+// *Mutex every time, for as long as anything refers to it. Ask for it
+// wherever it is needed, as Redisson code calls getLock(name):
+// Mutex(name).Lock here and Mutex(name).Unlock there take and release one
+// hold. Goroutines that lock one name through one Client therefore share one
+// handle and wait for each other at it (see Mutex). Two Clients are two
+// owners of a name, and so are a Mutex and a FairMutex of one name: a
+// Client has one handle per kind and name.
+//
+// The Client refers to its handles weakly: one that nothing refers to any
+// more (no variable, no hold, no waiter) is collected, so looking up
+// millions of names keeps only those in use, and the next lookup of that
+// name makes a new handle in the same state (no hold, no waiter). An
+// invalid name is reported by the handle's first method call. Safe for
+// concurrent use.
 func (c *Client) Mutex(name string) *Mutex {
 	return lookup(&c.handles, handleKey{handleMutex, name}, c, newMutex)
 }
@@ -221,18 +280,32 @@ func extend(ctx context.Context, hd *lease.Handle, d time.Duration) error {
 // ForceUnlock releases the lock whoever holds it, handing it to the next
 // queued waiter or waking Redisson-style waiters, and reports whether it was
 // held. Holders are told at once, with a loss wrapping ErrForced: the
-// script sends each evicted owner's Client a message, on which it asks Redis
-// (a hold whose Client was not yet listening, as for a force moments after
-// the Client's first grant, asks once it is; a hold whose message is lost
-// otherwise, or whose Client uses WithSpin or sharded pub/sub, learns at
-// its next renewal, and one with a fixed lease, which has none, when its
-// lease ends). A key that is not a lock — another Redis type, or a
-// hash whose fields are not owners with hold counts (and a read-write
-// lock's mode) as dlock and Redisson write them — is left as it is, with
-// an error wrapping ErrNotLock; the script decides, atomically. A Client
-// without a namespace refuses, with ErrInvalidArgument, a name "ns:rest"
-// that namespace ns's Client uses as its lock rest: force it with that
-// namespace (see the package doc on namespaces).
+// script sends each evicted owner's Client a message, on which it asks
+// Redis. The exceptions:
+//
+//   - A hold whose Client was not yet listening asks once it is. A Client
+//     starts to listen, in the background, at its first grant, so this is
+//     the case of a force moments after that grant.
+//   - A grant still on its way to its holder when the message came (a
+//     reply, a hand-off, a pass between goroutines) asks as it begins.
+//   - A hold whose message is lost otherwise, or whose Client uses WithSpin
+//     or sharded pub/sub, learns at its next renewal, up to a third of the
+//     watchdog timeout later; one with a fixed lease, which has no renewal,
+//     when its lease ends.
+//
+// A key that is not a lock — another Redis type, or a hash whose fields are
+// not owners with hold counts (a read-write lock's mode, an election's
+// leader) as dlock and Redisson write them — is left as it is, with an
+// error wrapping ErrNotLock; the script decides, atomically, and dlock
+// unlock --force does the same. A Client without a namespace refuses, with
+// ErrInvalidArgument, a name "ns:rest" that namespace ns's Client uses as
+// its lock rest (one whose tenant fencing counter exists): force it with
+// that namespace (see WithNamespace).
+//
+// Use ForceUnlock, not DEL: an operator's DEL of a lock key is
+// indistinguishable, to the holder's Unlock, from its own release resent by
+// go-redis, while ForceUnlock records whom it evicted so they learn
+// ErrForced.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.hd.Check(ctx, 0); err != nil {
 		return false, err
@@ -274,6 +347,19 @@ func (m *Mutex) RemainingTTL(ctx context.Context) (time.Duration, error) {
 // holds nothing. Tokens of successive holds of one name strictly increase;
 // pass the token to the resource you protect and have it reject writes that
 // carry a token lower than one it has seen.
+//
+// Tokens come from a per-name counter, dlock:fence:{name}, that is started
+// from the Redis server's clock in microseconds and then counts one per
+// grant; the counter lives 24 hours and is then started again from the
+// clock. Tokens therefore keep increasing across lock expiry, DEL, the
+// counter's expiry and a restart that lost all data, as long as the server
+// clock moved forward in between. A failover to a server whose clock is
+// behind the old one's, and that did not receive the counter, can repeat a
+// token; a replicated counter carries on. Each sequence's first token is
+// kept beside the counter (dlock:fence:{name}\x1fs, with the counter's TTL):
+// an Unlock that finds its hold gone compares its token with it, to tell
+// Redis losing the lock (ErrDataLost, however soon it was granted again)
+// from its own release resent after a lost reply (nil).
 func (m *Mutex) Token() uint64 { return m.hd.Token() }
 
 // Done returns a channel that is closed when the handle's current hold ends:

@@ -66,7 +66,10 @@ func WithMaxHold(d time.Duration) Option {
 // watchdog renews it past d: a Warn log line and, for observers that
 // implement LongHoldObserver (dlockprom does), a call. It bounds nothing
 // (see WithMaxHold for that); it tells an operator which holders may be
-// stuck. 0, the default, reports nothing; d must not be negative.
+// stuck. 0, the default, reports nothing; d must not be negative. A
+// renewed hold also leaves a record (dlock:held:{name}, written only by
+// renewals, so a short hold costs nothing) that Inspect shows as
+// Holder.HeldFor and Holder.Renewals.
 func WithLongHoldAlert(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -108,15 +111,47 @@ func WithShardedPubSub(m ShardedMode) Option {
 }
 
 // WithNamespace makes every key and channel of the Client begin with
-// "ns:", so that a Redis ACL can give a service its own prefix (~ns:*
-// &ns:*). The lock named N is the hash at "ns:N", as Redisson's NameMapper
-// with prefix "ns:" has it (its channels are not prefixed: across the two,
-// wake-ups fall back to re-checks). Names are passed and reported without
-// the namespace. ns must be 1 to 64 bytes of ASCII letters, digits, '_',
-// '.' and '-' (ErrInvalidArgument otherwise): nothing in it can act in the
-// scripts or in an ACL pattern, and, with no ':' in it, no two namespaces
-// nest ("a" with lock "b:x" is not "a:b" with lock "x": the latter is
-// refused). See "Namespaces and tenants" in the package docs.
+// "ns:", so that one ACL line per service (~ns:* &ns:* and no @dangerous
+// command) keeps the tenants of one Redis off each other's locks: with it,
+// one tenant can neither take, break, force nor wake the other's locks, and
+// the server's ACL LOG stays empty. The lock named N is the hash at "ns:N",
+// as Redisson's NameMapper with prefix "ns:" has it (its channels are not
+// prefixed: across the two, wake-ups fall back to re-checks). Names are
+// passed and reported without the namespace. What a namespace guarantees:
+//
+//   - It is data, never code. A namespace is 1 to 64 ASCII letters, digits,
+//     '_', '.' and '-' (anything else is ErrInvalidArgument, before any
+//     network call; the CLI's --namespace and $DLOCK_NAMESPACE alike). The
+//     scripts build their channel names with it, and no such character can
+//     end or escape a Lua string, match more than itself in an ACL or SCAN
+//     pattern, or move a key's hash tag.
+//   - Namespaces never nest. A namespace has no ':', so the first ':' of a
+//     key ends it: no two (namespace, name) pairs share a key or a channel
+//     ("a" with lock "b:x" is "a:b:x", and "a:b" is no namespace), and a
+//     tenant's names may hold any character a lock name may.
+//   - A Client without a namespace is not a tenant: its names are the keys
+//     themselves (Redisson's layout), so its lock "a:x" has namespace a's
+//     lock "x" as its hash, and can read or break it. Give it only to those
+//     trusted with every lock. It is not the same lock, though: the fencing
+//     counter, queue, forced set and channels differ, so the two must not
+//     be mixed (tokens would not be ordered across them), and its
+//     ForceUnlock of a tenant's lock (one whose tenant fencing counter
+//     exists) is refused: force it with the tenant's namespace.
+//   - Lock names that begin with "dlock:" are refused: those are dlock's own
+//     keys beside a lock (its fencing counter, queue, ...), and a lock of
+//     that name would break the lock it belongs to. So are names holding
+//     control characters, which would reach an operator's terminal.
+//
+// What a namespace does not hide: Redis applies ACL key and channel
+// patterns to the keys and channels a command touches, not to the names it
+// lists. PUBSUB CHANNELS (and SHARDCHANNELS) and SCAN list every active
+// channel and every key name of the server, whatever the caller's
+// patterns: a tenant allowed them sees the other tenants' lock names (in
+// their release channels and keys) and client ids (host name and process
+// id, in their client channels). dlock needs neither on any lock path; deny
+// them (-pubsub|channels -pubsub|shardchannels -scan) where names are
+// confidential, at the cost of Client.Locks and dlock inspect --all, which
+// SCAN. dlock doctor warns when the user may list channels.
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
 		s, err := keys.NewSpace(ns)
@@ -279,7 +314,8 @@ func withRecheck(d time.Duration) Option {
 // waiter that queues (a FairMutex's, a Semaphore's) polls at least four
 // times per hand-off claim window (WithHandoffClaim) whatever max is: a
 // hand-off to it that it does not claim in time goes to the next in line.
-// The semantics are otherwise the same.
+// The semantics are otherwise the same. A latch's waiters wait by pub/sub
+// even with WithSpin.
 func WithSpin(min, max time.Duration) Option {
 	return func(c *config) error {
 		if min < time.Microsecond*100 || max < min || max > MaxSpinBackoff {

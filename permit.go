@@ -13,7 +13,9 @@ import (
 // watchdog when acquired with lease <= 0, fixed otherwise, and it ends with
 // its holder (a crashed or cut-off holder's permit returns to the semaphore
 // when its TTL runs out). Done and Err tell the holder that its permit ended
-// without Release, by the same rules as a lock's loss (see the package doc).
+// without Release, by the same rules as a lock's loss (see the package
+// doc): Done closes before the permit's TTL runs out after its last
+// confirmed renewal.
 //
 // A Permit is safe for concurrent use; Release takes effect once. A nil
 // *Permit, which Acquire returns with its error, holds nothing: its Release

@@ -27,9 +27,8 @@ import (
 // the Client's one read hold of the name, or of several, the one taken with
 // that very ctx (of several taken with it on the same terms, the most
 // recent), and otherwise returns an error wrapping ErrAmbiguous and
-// releases nothing (see "Handles are name lookups" in the package doc):
-// concurrent readers unlock with ReadContext's context, or each with a
-// context of its own.
+// releases nothing (see RUnlock): concurrent readers unlock with
+// ReadContext's context, or each with a context of its own.
 //
 // # Rules
 //
@@ -180,10 +179,21 @@ func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (
 	return lockContext(ctx, &rw.r, request(wait, lease))
 }
 
-// RUnlock releases one read hold: of the read hold ctx carries, or else of
-// the Client's one read hold of the name, or of several, the one taken with
-// ctx itself; when ctx names none of several, it returns an error wrapping
-// ErrAmbiguous and changes nothing. See Mutex.Unlock.
+// RUnlock releases one read hold: the read hold ctx carries, or else, when
+// ctx carries none of the name, the Client's one read hold of the name,
+// whichever goroutine or lookup took it. Only the read side can have
+// several holds at once (readers share); RUnlock then releases the one
+// taken with that very ctx (the ctx given to RLock), and of several taken
+// with it on the same terms (lease, MaxHold), which no caller can tell
+// apart, the most recent, as sync.RWMutex's RUnlock releases any reader's
+// share. When none was taken with ctx, or several on different terms, it
+// returns an error wrapping ErrAmbiguous and changes nothing: releasing
+// another reader's hold would end the share that reader counts on (a
+// renewed hold released for a short lease that is about to end) while the
+// wrong hold lives on. Readers that run at once should unlock with the
+// context ReadContext returns, or each lock and unlock with a context of
+// its own (a request's). A refused RUnlock leaves the hold renewed until
+// Close: check its error. See Mutex.Unlock for the rest.
 func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.

@@ -23,9 +23,9 @@ import (
 // straight to the queued waiters from the first one on while they fit, and
 // wakes only their processes: a waiter with a watchdog lease finds its
 // permit as the reply to its own blocking pop of its box, as a Mutex waiter
-// does (see "Whom it trusts" in the package doc), any other by a message
-// that its next attempt confirms. A waiter for many permits is not
-// overtaken by waiters for fewer that came after it.
+// does (see Mutex), any other by a message that its next attempt confirms.
+// A waiter for many permits is not overtaken by waiters for fewer that came
+// after it.
 //
 // The size: the number given to Client.Semaphore initialises it when the
 // semaphore does not exist in Redis yet (its first Acquire). From then on only
