@@ -228,10 +228,14 @@ func (hd *Handle) owe(h *Lease) {
 		}
 	}
 	h.mu.Lock()
-	n, handed := h.count, h.contexts > 0
+	n, handed, unlocked := h.count, h.contexts > 0, h.unlocked
 	h.mu.Unlock()
-	if n == 0 || handed {
-		return // nothing owed, or owed with the hold's own context
+	if n == 0 || handed || unlocked {
+		// Nothing owed, owed with the hold's own context, or paid: an
+		// Unlock took h already and answers its loss (its release may
+		// still be on its way), so a later one with the same context is
+		// for a later hold.
+		return
 	}
 	if len(hd.owed) == maxOwed {
 		hd.owed = append(hd.owed[:0], hd.owed[1:]...)
@@ -250,8 +254,10 @@ func (hd *Handle) pin(d time.Duration) {
 
 // owedTo returns the dropped lost lease whose Unlock a ctx that carries no
 // hold stands for: the oldest one taken with ctx itself whose Unlocks are
-// still owed. The caller holds hd.mu.
-func (hd *Handle) owedTo(ctx context.Context) *Lease {
+// still owed. An Unlock (spend) pays one of them; Extend and HoldCount only
+// look, so that the holder's Unlock after them still answers the loss
+// rather than releasing the hold taken after it. The caller holds hd.mu.
+func (hd *Handle) owedTo(ctx context.Context, spend bool) *Lease {
 	now := time.Now()
 	keep := hd.owed[:0]
 	var found *Lease
@@ -261,8 +267,10 @@ func (hd *Handle) owedTo(ctx context.Context) *Lease {
 		}
 		if found == nil && sameContext(o.h.parent, ctx) {
 			found = o.h
-			if o.n--; o.n == 0 {
-				continue
+			if spend {
+				if o.n--; o.n == 0 {
+					continue
+				}
 			}
 		}
 		keep = append(keep, o)
@@ -337,7 +345,12 @@ func (hd *Handle) remove(h *Lease) {
 // terms, Current answers an error wrapping ErrAmbiguous: releasing another
 // caller's hold would leave its holder without the share it counts on (a
 // short lease released for a renewed one) while the wrong hold lives on.
-func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
+func (hd *Handle) Current(ctx context.Context) (*Lease, error) { return hd.current(ctx, false) }
+
+// current is Current; for an Unlock (spend) it also pays what the lease it
+// picks is owed: one owed Unlock of a dropped lease, or, for the handle's
+// own lease, all of them (owe).
+func (hd *Handle) current(ctx context.Context, spend bool) (*Lease, error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
 			if h.isFinished() {
@@ -351,13 +364,16 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	ctx = callerOf(ctx)
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	if h := hd.owedTo(ctx); h != nil {
+	if h := hd.owedTo(ctx, spend); h != nil {
 		return h, nil
 	}
 	switch len(hd.cur) {
 	case 0:
 		return nil, nil
 	case 1:
+		if spend {
+			hd.cur[0].markUnlocked()
+		}
 		return hd.cur[0], nil
 	}
 	var mine *Lease
@@ -376,6 +392,9 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 	// number of shares behind (as sync.RWMutex's RUnlock does): the most
 	// recent is released. Refusing would leave it renewed until Close.
 	if taken == 1 || taken > 1 && alike {
+		if spend {
+			mine.markUnlocked()
+		}
 		return mine, nil
 	}
 	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
@@ -454,7 +473,7 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 	if hd.nameErr != nil {
 		return hd.nameErr
 	}
-	h, err := hd.Current(ctx)
+	h, err := hd.current(ctx, true)
 	if h == nil {
 		switch {
 		case err != nil:
@@ -469,6 +488,14 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 		return err
 	}
 	return h.Release(ctx, false)
+}
+
+// markUnlocked records that an Unlock with a context that carries no hold
+// took h (see owe).
+func (h *Lease) markUnlocked() {
+	h.mu.Lock()
+	h.unlocked = true
+	h.mu.Unlock()
 }
 
 func (h *Lease) isFinished() bool {

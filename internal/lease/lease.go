@@ -110,6 +110,10 @@ type Lease struct {
 	// holder with none can only unlock with a context that carries no
 	// hold, which dropLost must then keep owed (Handle.owe).
 	contexts int
+	// unlocked: an Unlock with a context that carries no hold took the
+	// lease, so dropLost owes it nothing. Such a lease was taken once
+	// (re-entry needs a context of the hold), so one Unlock pays it.
+	unlocked bool
 }
 
 // isRedisError reports whether err is an error reply from Redis (READONLY,
