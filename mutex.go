@@ -225,8 +225,14 @@ func holdContext(ctx context.Context, hd *lease.Handle, h *lease.Lease) context.
 // another goroutine of the Client took the name meanwhile, the lost
 // holder's Unlocks with that ctx (one per count, for a watchdog timeout
 // after the other took it) answer the loss, oldest lost hold first, so
-// that its late Unlock never ends the new holder's hold. The lock is free
-// (or handed to the next waiter) when the count reaches zero.
+// that its late Unlock never ends the new holder's hold. One context cannot
+// tell two holders apart: a caller that let a hold expire (Redisson's habit)
+// and locks the name again with the same context gets the old loss from its
+// first Unlock, with word that the new hold is still held, and releases
+// that with the next; give each holder a context of its own (a request's)
+// to avoid it. A hold left to expire also lets in the lock calls of the
+// Client that wait for it. The lock is free (or handed to the next waiter)
+// when the count reaches zero.
 //
 // The release is sent even when ctx is already done, as is the hold's own
 // context once the hold was lost: it goes on in the background, bounded by

@@ -193,7 +193,11 @@ func (rw *RWMutex) ReadContext(ctx context.Context, wait, lease time.Duration) (
 // wrong hold lives on. Readers that run at once should unlock with the
 // context ReadContext returns, or each lock and unlock with a context of
 // its own (a request's). A refused RUnlock leaves the hold renewed until
-// Close: check its error. See Mutex.Unlock for the rest.
+// Close: check its error. A lost read hold's late RUnlock with the ctx its
+// RLock was given answers the loss, as a Mutex's Unlock does, and never
+// ends another reader's share; while a read hold taken with that same ctx
+// is live, it releases that one instead (shares of one context are one
+// reader's). See Mutex.Unlock for the rest.
 func (rw *RWMutex) RUnlock(ctx context.Context) error { return rw.r.Unlock(ctx) }
 
 // Token returns the fencing token of the current write hold, or 0.

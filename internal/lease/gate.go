@@ -127,6 +127,13 @@ func (g *gate) enterAs(ctx context.Context, w *gateWaiter) (baton, error) {
 	return baton{}, context.Cause(ctx)
 }
 
+// waited reports whether a goroutine waits at the gate.
+func (g *gate) waited() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiters) > 0
+}
+
 // exit hands the gate to the first waiter, or frees it.
 func (g *gate) exit() {
 	g.mu.Lock()

@@ -189,9 +189,7 @@ func (hd *Handle) dropLost() {
 		if n < len(lost) && h.Err() != nil {
 			lost[n] = h
 			n++
-			if !hd.p.Shared() {
-				hd.owe(h)
-			}
+			hd.owe(h)
 		}
 	}
 	hd.mu.Unlock()
@@ -215,12 +213,16 @@ func (hd *Handle) dropLost() {
 // owe records that h's holder still owes it its Unlocks, for as long as the
 // watchdog's TTL: time for a holder whose work outlived its hold to finish
 // and unlock. Only a holder given no context of its hold (Lock, TryLock)
-// owes them so: one given one unlocks with it, and otherwise lets the hold
-// expire (Redisson's habit). Only an exclusive handle keeps them: a shared
-// one's Unlock with a context that carries no hold picks among the holds
-// taken with that context already (Current), and read holds left to expire
-// must not be answered for the live one taken after them. The caller holds
-// hd.mu.
+// owes them so: one given one unlocks with it. A shared handle keeps them
+// too: with one read hold left, an RUnlock with any context picks it
+// (Current), so a lost reader's late RUnlock would end another reader's
+// share; but there a live share taken with the same context goes first
+// (shares of one context are interchangeable). A holder of an exclusive
+// handle that let its hold expire (Redisson's habit) and locks the name
+// again with the same context is answered the old loss by its first
+// Unlock, and releases with its second (Handle.Unlock says so): with one
+// context, two holders cannot be told apart, and the old loss never
+// releases a hold somebody still counts on. The caller holds hd.mu.
 func (hd *Handle) owe(h *Lease) {
 	for _, o := range hd.owed {
 		if o.h == h {
@@ -345,12 +347,16 @@ func (hd *Handle) remove(h *Lease) {
 // terms, Current answers an error wrapping ErrAmbiguous: releasing another
 // caller's hold would leave its holder without the share it counts on (a
 // short lease released for a renewed one) while the wrong hold lives on.
-func (hd *Handle) Current(ctx context.Context) (*Lease, error) { return hd.current(ctx, false) }
+func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
+	h, _, err := hd.current(ctx, false)
+	return h, err
+}
 
 // current is Current; for an Unlock (spend) it also pays what the lease it
 // picks is owed: one owed Unlock of a dropped lease, or, for the handle's
-// own lease, all of them (owe).
-func (hd *Handle) current(ctx context.Context, spend bool) (*Lease, error) {
+// own lease, all of them (owe). shadowed reports an owed lease picked while
+// a lease taken with the same context since is unfinished.
+func (hd *Handle) current(ctx context.Context, spend bool) (h *Lease, shadowed bool, err error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
 			if h.isFinished() {
@@ -358,22 +364,45 @@ func (hd *Handle) current(ctx context.Context, spend bool) (*Lease, error) {
 				hd.paid(h)
 				hd.mu.Unlock()
 			}
-			return h, nil
+			return h, false, nil
 		}
 	}
 	ctx = callerOf(ctx)
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	if h := hd.owedTo(ctx, spend); h != nil {
-		return h, nil
+	if hd.p.Shared() {
+		// Read shares taken with one context are one reader's, and
+		// interchangeable (pick): a live one goes before an owed loss.
+		for _, x := range hd.cur {
+			if sameContext(x.parent, ctx) {
+				h, err = hd.pick(ctx)
+				if h != nil && spend {
+					h.markUnlocked()
+				}
+				return h, false, err
+			}
+		}
 	}
+	if h := hd.owedTo(ctx, spend); h != nil {
+		for _, x := range hd.cur {
+			shadowed = shadowed || sameContext(x.parent, ctx)
+		}
+		return h, shadowed, nil
+	}
+	h, err = hd.pick(ctx)
+	if h != nil && spend {
+		h.markUnlocked()
+	}
+	return h, false, err
+}
+
+// pick is the unfinished lease a ctx that carries no hold stands for (see
+// Current). The caller holds hd.mu.
+func (hd *Handle) pick(ctx context.Context) (*Lease, error) {
 	switch len(hd.cur) {
 	case 0:
 		return nil, nil
 	case 1:
-		if spend {
-			hd.cur[0].markUnlocked()
-		}
 		return hd.cur[0], nil
 	}
 	var mine *Lease
@@ -392,9 +421,6 @@ func (hd *Handle) current(ctx context.Context, spend bool) (*Lease, error) {
 	// number of shares behind (as sync.RWMutex's RUnlock does): the most
 	// recent is released. Refusing would leave it renewed until Close.
 	if taken == 1 || taken > 1 && alike {
-		if spend {
-			mine.markUnlocked()
-		}
 		return mine, nil
 	}
 	return nil, fmt.Errorf("%w: this Client has %d %s holds of %q, %d of them taken with this context, "+
@@ -408,11 +434,59 @@ func (h *Lease) sameTerms(o *Lease) bool {
 	return h.lease == o.lease && h.maxHold == o.maxHold && h.weight == o.weight
 }
 
-// sameContext reports whether a and b are the same context, without the
-// panic == gives for two values of one uncomparable type.
+// sameContext reports whether a and b are the same context. A context is
+// nearly always a pointer, compared as one. Other values are compared part
+// by part (identical): == would panic on a comparable type that holds an
+// uncomparable one (context.WithoutCancel's struct holds its parent, which
+// may be a struct holding a map).
 func sameContext(a, b context.Context) bool {
 	t := reflect.TypeOf(a)
-	return t != nil && t == reflect.TypeOf(b) && t.Comparable() && a == b
+	if t == nil || t != reflect.TypeOf(b) {
+		return false
+	}
+	if t.Kind() == reflect.Pointer {
+		return a == b
+	}
+	return identical(reflect.ValueOf(a), reflect.ValueOf(b))
+}
+
+// identical reports whether a and b, of one type, are the same value:
+// references (pointers, maps, channels, slices) by address, so that two
+// contexts holding equal maps are not the same while one holding the same
+// map is; a func is never identical to anything (its address names its
+// code, not the closure).
+func identical(a, b reflect.Value) bool {
+	if a.Type() != b.Type() {
+		return false
+	}
+	switch a.Kind() {
+	case reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() && b.IsNil()
+		}
+		return identical(a.Elem(), b.Elem())
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if !identical(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Array:
+		for i := range a.Len() {
+			if !identical(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.UnsafePointer:
+		return a.Pointer() == b.Pointer()
+	case reflect.Slice:
+		return a.Pointer() == b.Pointer() && a.Len() == b.Len()
+	case reflect.Func:
+		return false
+	}
+	return a.Equal(b)
 }
 
 // Last is the lease Token, Done and Err describe: the current one, or the
@@ -473,7 +547,7 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 	if hd.nameErr != nil {
 		return hd.nameErr
 	}
-	h, err := hd.current(ctx, true)
+	h, shadowed, err := hd.current(ctx, true)
 	if h == nil {
 		switch {
 		case err != nil:
@@ -487,7 +561,12 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 		}
 		return err
 	}
-	return h.Release(ctx, false)
+	err = h.Release(ctx, false)
+	if shadowed && err != nil {
+		err = fmt.Errorf("%w (this Unlock answered an earlier hold taken with this context, lost; "+
+			"the hold taken with it since is still held: the next Unlock with it releases that)", err)
+	}
+	return err
 }
 
 // markUnlocked records that an Unlock with a context that carries no hold

@@ -349,6 +349,13 @@ func (h *Lease) lose(cause *LossError) {
 			o.Lost(h.p.Kind(), h.name, cause)
 		}
 	})
+	// A lock call drops the handle's lost leases as it comes (dropLost);
+	// one that came before this loss waits at the gate, which a holder
+	// that lets its hold expire (Redisson's habit) never leaves: drop it
+	// for that waiter now.
+	if hd := h.handle; !hd.p.Shared() && hd.gate.waited() {
+		h.e.Detach(func(context.Context) { hd.dropLost() })
+	}
 }
 
 // end marks the hold over, stops its renewal and deadline, runs before (if
