@@ -102,7 +102,7 @@ type Config struct {
 //
 // Each batch's call runs on a goroutine of its own, so that a node of a
 // Cluster that does not answer holds back only its own batches: the others
-// are renewed on time (each call waits at most callTimeout).
+// are renewed on time (each call waits at most a period).
 type Renewer struct {
 	cfg Config
 
@@ -254,18 +254,6 @@ func (r *Renewer) loop() {
 	}
 }
 
-// callTimeout bounds one renewal call: the time a hold has left when its
-// renewal falls due (its TTL less the period since the last renewal was
-// sent), after which an answer vouches for nothing the holder still counts
-// on. A bound of one period gave up on answers that were still useful:
-// the batches of one beat are sent at once and Redis runs them one after
-// another, so with enough locks held (100,000 on one 2-vCPU host) the last
-// batches of a beat were answered after a period. Given up on, they were
-// sent again a quarter period later, on top of the next beat, while Redis
-// still ran the first sends: the renewals fell further behind at each beat
-// until holds were lost with Redis answering every call.
-func (c Config) callTimeout() time.Duration { return (PerTTL - 1) * c.Period }
-
 // collect takes the entries due within half a period of now that are not
 // being renewed already, grouped by slot in batches of at most MaxBatch,
 // and arms the timer for the earliest entry left (disarms it when there is
@@ -325,7 +313,7 @@ func (r *Renewer) call(b []*Entry) {
 	for i, e := range b {
 		ttls[i] = max(e.TTL.Milliseconds(), 1)
 	}
-	ctx, cancel := context.WithTimeout(r.base, r.cfg.callTimeout())
+	ctx, cancel := context.WithTimeout(r.base, r.cfg.Period)
 	codes, err := r.cfg.Run(ctx, b, ttls)
 	cancel()
 	renewed, failed, lost := r.sort(b, codes, err, sent)
