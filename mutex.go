@@ -230,8 +230,9 @@ func holdContext(ctx context.Context, hd *lease.Handle, h *lease.Lease) context.
 // and locks the name again with the same context gets the old loss from its
 // first Unlock, with word that the new hold is still held, and releases
 // that with the next; give each holder a context of its own (a request's)
-// to avoid it. A hold left to expire also lets in the lock calls of the
-// Client that wait for it. The lock is free (or handed to the next waiter)
+// to avoid it. A fixed lease that runs out unreleased lets in the lock
+// calls of the Client that wait for it; after any other loss they wait for
+// the holder's Unlock, which releases what Redis may still hold. The lock is free (or handed to the next waiter)
 // when the count reaches zero.
 //
 // The release is sent even when ctx is already done, as is the hold's own

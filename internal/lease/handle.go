@@ -256,9 +256,10 @@ func (hd *Handle) pin(d time.Duration) {
 
 // owedTo returns the dropped lost lease whose Unlock a ctx that carries no
 // hold stands for: the oldest one taken with ctx itself whose Unlocks are
-// still owed. An Unlock (spend) pays one of them; Extend and HoldCount only
-// look, so that the holder's Unlock after them still answers the loss
-// rather than releasing the hold taken after it. The caller holds hd.mu.
+// still owed. An Unlock (spend) pays one
+// of them; Extend and HoldCount only look, so that the holder's Unlock
+// after them still answers the loss rather than releasing the hold taken
+// after it. The caller holds hd.mu.
 func (hd *Handle) owedTo(ctx context.Context, spend bool) *Lease {
 	now := time.Now()
 	keep := hd.owed[:0]
@@ -354,8 +355,8 @@ func (hd *Handle) Current(ctx context.Context) (*Lease, error) {
 
 // current is Current; for an Unlock (spend) it also pays what the lease it
 // picks is owed: one owed Unlock of a dropped lease, or, for the handle's
-// own lease, all of them (owe). shadowed reports an owed lease picked while
-// a lease taken with the same context since is unfinished.
+// own lease, all of them (owe). shadowed reports an owed loss picked while
+// a lease taken with the same context since is live.
 func (hd *Handle) current(ctx context.Context, spend bool) (h *Lease, shadowed bool, err error) {
 	for h := From(ctx, hd.e, hd.name); h != nil; h = h.outer {
 		if h.p.Kind().family() == hd.p.Kind().family() {
@@ -370,24 +371,19 @@ func (hd *Handle) current(ctx context.Context, spend bool) (h *Lease, shadowed b
 	ctx = callerOf(ctx)
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	if hd.p.Shared() {
-		// Read shares taken with one context are one reader's, and
-		// interchangeable (pick): a live one goes before an owed loss.
-		for _, x := range hd.cur {
-			if sameContext(x.parent, ctx) {
-				h, err = hd.pick(ctx)
-				if h != nil && spend {
-					h.markUnlocked()
-				}
-				return h, false, err
-			}
-		}
+	mine := false // a live lease was taken with ctx
+	for _, x := range hd.cur {
+		mine = mine || sameContext(x.parent, ctx)
 	}
-	if h := hd.owedTo(ctx, spend); h != nil {
-		for _, x := range hd.cur {
-			shadowed = shadowed || sameContext(x.parent, ctx)
+	// Read shares taken with one context are one reader's, and
+	// interchangeable (pick): a live one goes before an owed loss. A
+	// context that took none of the live leases may be their holder's all
+	// the same (Lock with a context with a timeout, Unlock with its
+	// parent), so only the owed losses of that very context go first.
+	if !hd.p.Shared() || !mine {
+		if h := hd.owedTo(ctx, spend); h != nil {
+			return h, mine, nil
 		}
-		return h, shadowed, nil
 	}
 	h, err = hd.pick(ctx)
 	if h != nil && spend {
@@ -562,7 +558,7 @@ func (hd *Handle) Unlock(ctx context.Context) error {
 		return err
 	}
 	err = h.Release(ctx, false)
-	if shadowed && err != nil {
+	if err != nil && shadowed {
 		err = fmt.Errorf("%w (this Unlock answered an earlier hold taken with this context, lost; "+
 			"the hold taken with it since is still held: the next Unlock with it releases that)", err)
 	}

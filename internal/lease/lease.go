@@ -351,9 +351,12 @@ func (h *Lease) lose(cause *LossError) {
 	})
 	// A lock call drops the handle's lost leases as it comes (dropLost);
 	// one that came before this loss waits at the gate, which a holder
-	// that lets its hold expire (Redisson's habit) never leaves: drop it
-	// for that waiter now.
-	if hd := h.handle; !hd.p.Shared() && hd.gate.waited() {
+	// that lets its fixed lease run out (Redisson's habit) never leaves:
+	// drop it for that waiter now. Only then: after any other loss the
+	// hold may still be in Redis (MaxHold's, one unconfirmed, Close's),
+	// and the holder's Unlock (or Close) releases it; a lease dropped
+	// first would send nothing, and the waiter would wait out the TTL.
+	if hd := h.handle; errors.Is(cause, ErrLeaseEnded) && !hd.p.Shared() && hd.gate.waited() {
 		h.e.Detach(func(context.Context) { hd.dropLost() })
 	}
 }
