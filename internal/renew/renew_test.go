@@ -341,3 +341,72 @@ func TestHurryWhileHoldersAreTold(t *testing.T) {
 		}
 	})
 }
+
+// A server that is not a Cluster's gets at most MaxInFlight calls at once:
+// it runs a beat's batches one after another, and a batch sent behind the
+// others would wait inside its timeout (past it, with enough locks held).
+// A batch that waited for its turn counts its hold's certainty from its own
+// send. A Cluster's batches are not bounded (TestSlowBatchDelaysNoOther).
+func TestOneServerCallsInFlightAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		inFlight, most := 0, 0
+		const each = 300 * time.Millisecond // Redis's time for one batch
+		run := func(ctx context.Context, batch []*Entry, _ []int64) ([]int64, error) {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			select {
+			case <-time.After(each):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			out := make([]int64, len(batch))
+			for i := range out {
+				out[i] = Held
+			}
+			return out, nil
+		}
+		r := New(Config{Period: time.Second, Run: run})
+		defer r.Stop()
+		start := time.Now()
+		due := start.Add(time.Second)
+		const batches = 3 * MaxInFlight
+		hs := make([]*holder, batches*MaxBatch)
+		for i := range hs {
+			hs[i] = &holder{}
+			r.Add(&Entry{Key: "k", TTL: 3 * time.Second, Holder: hs[i]}, due)
+		}
+		// Three rounds of MaxInFlight calls, each inside its timeout.
+		time.Sleep(time.Second + 3*each + 10*time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if most != MaxInFlight {
+			t.Fatalf("%d calls in flight at most, want %d", most, MaxInFlight)
+		}
+		var last time.Time
+		for i, h := range hs {
+			h.mu.Lock()
+			if len(h.renewed) != 1 {
+				t.Fatalf("entry %d renewed %d times, want once", i, len(h.renewed))
+			}
+			last = maxTime(last, h.renewed[0])
+			h.mu.Unlock()
+		}
+		if want := due.Add(2 * each); last.Before(want) {
+			t.Fatalf("the last batch counts from %v after the beat, want from its own send, %v", last.Sub(due), 2*each)
+		}
+	})
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
