@@ -21,18 +21,6 @@ const PerTTL = 3
 // MaxBatch is the most locks renewed by one script call.
 const MaxBatch = 500
 
-// MaxInFlight is the most calls in flight to a server that is not a
-// Cluster's (Config.Slot nil: every call goes to that one server). Redis
-// runs a beat's batches one after another, so more in flight buys nothing
-// but waiting inside the timeout: with 100,000 locks held, the last of 200
-// batches sent at once waited behind the others, past a period, was given
-// up on and sent again on top of the next beat, and the renewals fell
-// behind until holds were lost. Waiting here, a batch's timeout and its
-// hold's certainty count from its own send. A Cluster's batches go to their
-// slots' nodes, and a node that does not answer must hold back only its own:
-// they are not bounded.
-const MaxInFlight = 4
-
 // Func renews the entries of one batch in one call, giving each the TTL in
 // ttls (milliseconds). It returns, per entry, Held when the owner still held
 // the lock, or another code saying why not (Func's own convention, passed on
@@ -114,8 +102,7 @@ type Config struct {
 //
 // Each batch's call runs on a goroutine of its own, so that a node of a
 // Cluster that does not answer holds back only its own batches: the others
-// are renewed on time (each call waits at most a period). Calls to a
-// single server wait their turn, MaxInFlight at a time.
+// are renewed on time (each call waits at most a period).
 type Renewer struct {
 	cfg Config
 
@@ -134,9 +121,6 @@ type Renewer struct {
 	hurried time.Time
 	calls   sync.WaitGroup // the calls in flight
 	wakes   int            // times the loop woke from its wait; guarded by mu (tests)
-	// sending bounds the calls in flight to one server (MaxInFlight); nil
-	// for a Cluster.
-	sending chan struct{}
 }
 
 // New starts a Renewer.
@@ -149,9 +133,6 @@ func New(cfg Config) *Renewer {
 		done:    make(chan struct{}),
 	}
 	r.timer.Stop()
-	if cfg.Slot == nil {
-		r.sending = make(chan struct{}, MaxInFlight)
-	}
 	r.base, r.cancel = context.WithCancel(context.Background())
 	go r.loop()
 	return r
@@ -327,13 +308,6 @@ func (r *Renewer) collect(now time.Time) [][]*Entry {
 
 // call renews batch b, on a goroutine of its own.
 func (r *Renewer) call(b []*Entry) {
-	if r.sending != nil {
-		select {
-		case r.sending <- struct{}{}:
-			defer func() { <-r.sending }()
-		case <-r.base.Done(): // stopped: Run fails at once on the ended ctx
-		}
-	}
 	ttls := make([]int64, len(b))
 	sent := time.Now()
 	for i, e := range b {
