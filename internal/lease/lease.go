@@ -352,13 +352,21 @@ func (h *Lease) lose(cause *LossError) {
 	// A lock call drops the handle's lost leases as it comes (dropLost);
 	// one that came before this loss waits at the gate, which a holder
 	// that lets its fixed lease run out (Redisson's habit) never leaves:
-	// drop it for that waiter now. Only then: after any other loss the
-	// hold may still be in Redis (MaxHold's, one unconfirmed, Close's),
-	// and the holder's Unlock (or Close) releases it; a lease dropped
-	// first would send nothing, and the waiter would wait out the TTL.
-	if hd := h.handle; errors.Is(cause, ErrLeaseEnded) && !hd.p.Shared() && hd.gate.waited() {
+	// drop it for that waiter now, when Redis has the hold no longer (its
+	// lease ran out; it was forced, taken over or lost with Redis's data).
+	// After any other loss the hold may still be in Redis (MaxHold's, one
+	// unconfirmed, Close's) and the holder's Unlock (or Close) releases
+	// it: a lease dropped first would send nothing, and the waiter would
+	// wait out the TTL.
+	if hd := h.handle; goneFromRedis(cause) && !hd.p.Shared() && hd.gate.waited() {
 		h.e.Detach(func(context.Context) { hd.dropLost() })
 	}
+}
+
+// goneFromRedis reports whether a loss means Redis no longer has the hold.
+func goneFromRedis(cause error) bool {
+	return errors.Is(cause, ErrLeaseEnded) || errors.Is(cause, ErrForced) ||
+		errors.Is(cause, ErrTakenOver) || errors.Is(cause, ErrDataLost)
 }
 
 // end marks the hold over, stops its renewal and deadline, runs before (if
