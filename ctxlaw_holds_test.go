@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"sort"
 	"testing"
 	"time"
 
@@ -96,30 +95,7 @@ func TestCtxLawOnHolds(t *testing.T) {
 		"ML.Unlock":          func(c2 context.Context) error { return ml.Unlock(withHold(c2, mlctx)) },
 		"El.Resign":          func(c2 context.Context) error { return el.Resign(c2) },
 	}
-	names := make([]string, 0, len(calls))
-	for n := range calls {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	const budget = 100 * time.Millisecond
-	for _, name := range names {
-		call := calls[name]
-		cctx, cancel := context.WithTimeout(context.Background(), budget)
-		start := time.Now()
-		got := make(chan error, 1)
-		go func() { got <- call(cctx) }()
-		select {
-		case err := <-got:
-			took := time.Since(start)
-			t.Logf("%-20s %8v %v", name, took.Round(time.Millisecond), err)
-			if took > budget+lawSlack {
-				t.Errorf("%s with a %v ctx returned after %v (err %v)", name, budget, took, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s with a %v ctx has not returned after 5s", name, budget)
-		}
-		cancel()
-	}
+	checkLaw(t, "silent", 100*time.Millisecond, calls)
 }
 
 // withHold is ctx carrying the values (holds) of hold, with ctx's own

@@ -8,36 +8,6 @@ import (
 	"time"
 )
 
-// Redisson's habit (a lease left to expire, never unlocked) is supported:
-// the Client's next lock call drops the expired hold (dropLost), and so
-// does the hold's end when a lock call already waits at the handle's gate.
-// Before, nothing dropped it then: that waiter waited until its ctx ended
-// while another Client took and released the free lock.
-func TestGateWaiterIsLetInWhenTheHoldIsLeftToExpire(t *testing.T) {
-	r := testenvRedis(t)
-	c := newClient(t, r)
-	tctx := ctxT(t)
-	m := c.Mutex("habit:gate")
-	// Goroutine A: lock with a 300ms lease, never unlock.
-	a := context.WithValue(tctx, workerKey{}, "A")
-	if ok, err := m.TryLock(a, 0, 300*time.Millisecond); !ok || err != nil {
-		t.Fatalf("TryLock: %v %v", ok, err)
-	}
-	// Goroutine B locks meanwhile and waits at the gate.
-	b := context.WithValue(tctx, workerKey{}, "B")
-	bctx, cancel := context.WithTimeout(b, 3*time.Second)
-	defer cancel()
-	if err := m.Lock(bctx); err != nil {
-		t.Fatalf("B's Lock of a lock whose hold expired: %v (it waited behind A's expired lease)", err)
-	}
-	if err := m.Unlock(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unlock(a); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("A's late Unlock: %v, want its loss", err)
-	}
-}
-
 // The read side's TestUnlockOfDroppedLostHoldReleasesNothingElse. Reader
 // A's fixed lease ends while it reads; reader B, another goroutine of the
 // Client with a context of its own, read-locks the name, which drops A's

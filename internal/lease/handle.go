@@ -256,10 +256,9 @@ func (hd *Handle) pin(d time.Duration) {
 
 // owedTo returns the dropped lost lease whose Unlock a ctx that carries no
 // hold stands for: the oldest one taken with ctx itself whose Unlocks are
-// still owed. An Unlock (spend) pays one
-// of them; Extend and HoldCount only look, so that the holder's Unlock
-// after them still answers the loss rather than releasing the hold taken
-// after it. The caller holds hd.mu.
+// still owed. An Unlock (spend) pays one of them; Extend and HoldCount
+// only look, so that the holder's Unlock after them still answers the loss
+// rather than releasing the hold taken after it. The caller holds hd.mu.
 func (hd *Handle) owedTo(ctx context.Context, spend bool) *Lease {
 	now := time.Now()
 	keep := hd.owed[:0]
@@ -371,18 +370,20 @@ func (hd *Handle) current(ctx context.Context, spend bool) (h *Lease, shadowed b
 	ctx = callerOf(ctx)
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	mine := false // a live lease was taken with ctx
-	for _, x := range hd.cur {
-		mine = mine || sameContext(x.parent, ctx)
-	}
 	// Read shares taken with one context are one reader's, and
 	// interchangeable (pick): a live one goes before an owed loss. A
 	// context that took none of the live leases may be their holder's all
 	// the same (Lock with a context with a timeout, Unlock with its
 	// parent), so only the owed losses of that very context go first.
-	if !hd.p.Shared() || !mine {
-		if h := hd.owedTo(ctx, spend); h != nil {
-			return h, mine, nil
+	if len(hd.owed) > 0 { // rare: nothing to compare on the common path
+		mine := false // a live lease was taken with ctx
+		for _, x := range hd.cur {
+			mine = mine || sameContext(x.parent, ctx)
+		}
+		if !hd.p.Shared() || !mine {
+			if h := hd.owedTo(ctx, spend); h != nil {
+				return h, mine, nil
+			}
 		}
 	}
 	h, err = hd.pick(ctx)
